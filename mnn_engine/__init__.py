@@ -1,0 +1,1 @@
+from mnn_engine import _mnn  # noqa

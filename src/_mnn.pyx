@@ -1,0 +1,696 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# distutils: language = c++
+"""Native core of mnn_engine: MNN's Llm, our generation loop and our sampler.
+
+Everything per token (forward, sampling, stop checks, detokenising, UTF-8
+assembly) runs with the GIL released; the per-token callback takes the GIL
+only for itself. The Python layer (mnn_engine.llm) validates arguments and
+turns the dictionaries returned here into typed results.
+"""
+
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.math cimport INFINITY, exp, log
+from libc.stdint cimport int64_t, uint64_t
+from libc.string cimport memcmp
+from libcpp cimport bool as cbool
+from libcpp.atomic cimport atomic
+from libcpp.string cimport string
+from libcpp.utility cimport pair
+from libcpp.vector cimport vector
+
+
+
+cdef extern from "<algorithm>" namespace "std" nogil:
+    void nth_element[Iter](Iter first, Iter nth, Iter last)
+    void partial_sort[Iter](Iter first, Iter middle, Iter last)
+
+
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"
+FINISH_CANCELLED = "cancelled"
+FINISH_ERROR = "error"
+
+cdef enum Finish:
+    F_NONE = 0
+    F_STOP = 1
+    F_LENGTH = 2
+    F_CANCELLED = 3
+    F_ERROR = 4
+
+_FINISH_NAMES = {F_STOP: FINISH_STOP, F_LENGTH: FINISH_LENGTH,
+                 F_CANCELLED: FINISH_CANCELLED, F_ERROR: FINISH_ERROR}
+
+
+def flush_native_stdio() -> None:
+    """Flush the C library's stdio buffers (MNN prints through them)."""
+    flush_stdio()
+
+
+# ---------------------------------------------------------------- random numbers
+cdef inline uint64_t splitmix64(uint64_t* state) noexcept nogil:
+    state[0] += <uint64_t>0x9E3779B97F4A7C15
+    cdef uint64_t z = state[0]
+    z = (z ^ (z >> 30)) * <uint64_t>0xBF58476D1CE4E5B9
+    z = (z ^ (z >> 27)) * <uint64_t>0x94D049BB133111EB
+    return z ^ (z >> 31)
+
+
+cdef inline double uniform01(uint64_t* state) noexcept nogil:
+    # 53 random bits -> [0, 1); identical on every platform for a given seed
+    return (splitmix64(state) >> 11) * (1.0 / 9007199254740992.0)
+
+
+# ---------------------------------------------------------------- UTF-8 and stop strings
+cdef size_t utf8_complete_prefix(const string& s) noexcept nogil:
+    """Length of the longest prefix of s that does not end inside a UTF-8
+    sequence which later bytes could still complete. Invalid bytes count as
+    complete (they are emitted and become U+FFFD)."""
+    cdef size_t n = s.size()
+    cdef size_t i = n
+    cdef size_t back = 0
+    cdef unsigned char c
+    cdef size_t need
+    while i > 0 and back < 4:
+        i -= 1
+        back += 1
+        c = <unsigned char>s[i]
+        if (c & 0xC0) == 0x80:
+            continue
+        if c < 0xC0 or c >= 0xF8:
+            return n
+        need = 2 if c < 0xE0 else (3 if c < 0xF0 else 4)
+        return i if n - i < need else n
+    return n
+
+
+cdef size_t stop_prefix_suffix(const string& held, const vector[string]& stops) noexcept nogil:
+    """Length of the longest suffix of held that is a proper prefix of a stop string."""
+    cdef size_t best = 0
+    cdef size_t k, length, limit
+    for k in range(stops.size()):
+        limit = stops[k].size() - 1
+        if limit > held.size():
+            limit = held.size()
+        length = limit
+        while length > best:
+            if memcmp(held.data() + held.size() - length, stops[k].data(), length) == 0:
+                best = length
+                break
+            length -= 1
+    return best
+
+
+cdef size_t find_stop(const string& held, const vector[string]& stops) noexcept nogil:
+    """Earliest position of any stop string in held, or held.size() + 1."""
+    cdef size_t best = held.size() + 1
+    cdef size_t pos
+    cdef size_t k
+    for k in range(stops.size()):
+        pos = held.find(stops[k])
+        if pos != <size_t>-1 and pos < best:
+            best = pos
+    return best
+
+
+# ---------------------------------------------------------------- sampler
+cdef struct SamplerParams:
+    double temperature
+    int top_k
+    double top_p
+    double min_p
+    double repetition_penalty
+    double presence_penalty
+    double frequency_penalty
+    int top_logprobs            # -1: no logprobs
+
+
+cdef class _Sampler:
+    """Per-generation sampler state. Not thread-safe; one per generation."""
+    cdef SamplerParams p
+    cdef uint64_t rng
+    cdef vector[pair[int, float]] bias
+    cdef vector[float] work
+    cdef vector[pair[float, int]] cand
+    cdef vector[int] counts          # per token: times generated
+    cdef vector[int] generated_list  # distinct generated tokens
+    cdef vector[unsigned char] seen  # per token: in prompt or generated
+    cdef vector[int] seen_list
+    cdef int vocab
+    # logprobs of the last sampled token
+    cdef float last_logprob
+    cdef vector[pair[float, int]] last_top
+
+    cdef int setup(self, int vocab, const vector[int]& prompt) except -1:
+        self.vocab = vocab
+        self.work.resize(vocab)
+        self.counts.assign(vocab, 0)
+        self.seen.assign(vocab, 0)
+        self.generated_list.clear()
+        self.seen_list.clear()
+        cdef size_t i
+        cdef int t
+        if self.p.repetition_penalty != 1.0:
+            for i in range(prompt.size()):
+                t = prompt[i]
+                if 0 <= t < vocab and not self.seen[t]:
+                    self.seen[t] = 1
+                    self.seen_list.push_back(t)
+        return 0
+
+    cdef inline cbool modifies_logits(self) noexcept nogil:
+        return (self.bias.size() > 0 or self.p.repetition_penalty != 1.0
+                or self.p.presence_penalty != 0.0 or self.p.frequency_penalty != 0.0)
+
+    cdef void accept(self, int token) noexcept nogil:
+        if token < 0 or token >= self.vocab:
+            return
+        if self.counts[token] == 0:
+            self.generated_list.push_back(token)
+        self.counts[token] += 1
+        if self.p.repetition_penalty != 1.0 and not self.seen[token]:
+            self.seen[token] = 1
+            self.seen_list.push_back(token)
+
+    cdef const float* adjusted(self, const float* logits) noexcept nogil:
+        """Logits after penalties and logit_bias (a copy only when needed)."""
+        if not self.modifies_logits():
+            return logits
+        cdef float* w = self.work.data()
+        cdef int i, t
+        cdef float v
+        cdef double rep = self.p.repetition_penalty
+        for i in range(self.vocab):
+            w[i] = logits[i]
+        if rep != 1.0:
+            for i in range(<int>self.seen_list.size()):
+                t = self.seen_list[i]
+                v = w[t]
+                w[t] = v / rep if v > 0 else v * rep
+        if self.p.presence_penalty != 0.0 or self.p.frequency_penalty != 0.0:
+            for i in range(<int>self.generated_list.size()):
+                t = self.generated_list[i]
+                w[t] -= self.counts[t] * self.p.frequency_penalty + self.p.presence_penalty
+        for i in range(<int>self.bias.size()):
+            t = self.bias[i].first
+            if 0 <= t < self.vocab:
+                w[t] += self.bias[i].second
+        return w
+
+    cdef void record_logprobs(self, const float* w, int token) noexcept nogil:
+        cdef int i
+        cdef int n = self.vocab
+        cdef float m = -INFINITY
+        cdef double total = 0.0
+        for i in range(n):
+            if w[i] > m:
+                m = w[i]
+        for i in range(n):
+            total += exp(w[i] - m)
+        cdef double lse = m + log(total)
+        self.last_logprob = <float>(w[token] - lse)
+        self.last_top.clear()
+        cdef int k = self.p.top_logprobs
+        if k <= 0:
+            return
+        if k > n:
+            k = n
+        self.cand.resize(n)
+        for i in range(n):
+            self.cand[i].first = -w[i]
+            self.cand[i].second = i
+        partial_sort(self.cand.begin(), self.cand.begin() + k, self.cand.end())
+        for i in range(k):
+            self.last_top.push_back(pair[float, int](<float>(-self.cand[i].first - lse),
+                                                     self.cand[i].second))
+
+    cdef int sample(self, const float* logits) noexcept nogil:
+        cdef const float* w = self.adjusted(logits)
+        cdef int token = self.choose(w)
+        if self.p.top_logprobs >= 0:
+            self.record_logprobs(w, token)
+        return token
+
+    cdef int argmax(self, const float* w) noexcept nogil:
+        cdef int best = 0
+        cdef int i
+        for i in range(1, self.vocab):
+            if w[i] > w[best]:
+                best = i
+        return best
+
+    cdef int choose(self, const float* w) noexcept nogil:
+        cdef int n = self.vocab
+        cdef int i, kept
+        cdef double inv_t, total, acc, target, threshold
+        cdef float m
+        if self.p.temperature <= 0.0 or self.p.top_k == 1:
+            return self.argmax(w)
+        inv_t = 1.0 / self.p.temperature
+        # candidates as (-scaled logit, id): ascending order = most likely first
+        self.cand.resize(n)
+        for i in range(n):
+            self.cand[i].first = -w[i] * inv_t
+            self.cand[i].second = i
+        kept = n
+        if 0 < self.p.top_k < n:
+            kept = self.p.top_k
+            nth_element(self.cand.begin(), self.cand.begin() + kept - 1, self.cand.end())
+        m = INFINITY
+        for i in range(kept):
+            if self.cand[i].first < m:
+                m = self.cand[i].first
+        if m == INFINITY:       # everything banned: fall back to greedy
+            return self.argmax(w)
+        # probabilities relative to the most likely token (which gets 1.0)
+        total = 0.0
+        for i in range(kept):
+            self.cand[i].first = <float>exp(m - self.cand[i].first)
+            total += self.cand[i].first
+        if self.p.min_p > 0.0:
+            threshold = self.p.min_p
+            total = 0.0
+            for i in range(kept):
+                if self.cand[i].first < threshold:
+                    self.cand[i].first = 0.0
+                total += self.cand[i].first
+        if self.p.top_p < 1.0:
+            kept = self.nucleus(kept, total)
+            total = 0.0
+            for i in range(kept):
+                total += self.cand[i].first
+        target = uniform01(&self.rng) * total
+        acc = 0.0
+        for i in range(kept):
+            acc += self.cand[i].first
+            if acc > target and self.cand[i].first > 0.0:
+                return self.cand[i].second
+        # rounding left target at the very end: take the last non-zero candidate
+        i = kept - 1
+        while i > 0 and self.cand[i].first <= 0.0:
+            i -= 1
+        return self.cand[i].second
+
+    cdef int nucleus(self, int kept, double total) noexcept nogil:
+        """Sort the smallest most-likely prefix of cand[:kept] whose mass
+        reaches top_p; return its length. Grows the sorted window 4x at a time
+        so the common case never sorts the whole vocabulary."""
+        cdef int window = 64
+        cdef int i
+        cdef double acc
+        cdef double goal = self.p.top_p * total
+        # sort by probability descending: negate, sort ascending, negate back
+        for i in range(kept):
+            self.cand[i].first = -self.cand[i].first
+        while True:
+            if window > kept:
+                window = kept
+            partial_sort(self.cand.begin(), self.cand.begin() + window, self.cand.begin() + kept)
+            acc = 0.0
+            for i in range(window):
+                acc -= self.cand[i].first
+                if acc >= goal:
+                    window = i + 1
+                    break
+            if acc >= goal or window == kept:
+                break
+            window *= 4
+        for i in range(kept):
+            self.cand[i].first = -self.cand[i].first
+        return window
+
+
+# ---------------------------------------------------------------- the model
+cdef inline double ns_to_ms(int64_t ns) noexcept nogil:
+    return ns / 1e6
+
+
+cdef class LlmCore:
+    """One MNN `Llm` instance. Created from a config.json path; `load()` reads
+    the weights. Thread-safety: the Python layer serialises generations;
+    `cancel()` may be called from any thread at any time."""
+
+    cdef Llm* _llm
+    cdef cbool _loaded
+    cdef atomic[int] _cancel
+    cdef readonly str config_path
+
+    def __cinit__(self, str config_path):
+        self.config_path = config_path
+        cdef string path = config_path.encode("utf-8")
+        with nogil:
+            self._llm = Llm.createLLM(path)
+        self._loaded = False
+        self._cancel.store(0)
+
+    def __dealloc__(self):
+        self._destroy()
+
+    cdef void _destroy(self) noexcept:
+        cdef Llm* llm = self._llm
+        self._llm = NULL
+        self._loaded = False
+        if llm != NULL:
+            with nogil:
+                Llm.destroy(llm)
+
+    cdef Llm* _require(self, cbool loaded=True) except NULL:
+        if self._llm == NULL:
+            raise RuntimeError("the model is closed")
+        if loaded and not self._loaded:
+            raise RuntimeError("the model is not loaded")
+        return self._llm
+
+    @property
+    def is_open(self) -> bool:
+        return self._llm != NULL
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._llm != NULL and self._loaded
+
+    def set_config(self, str config_json) -> bool:
+        """Merge a JSON object into MNN's config (before load for most keys)."""
+        cdef Llm* llm = self._require(False)
+        cdef string s = config_json.encode("utf-8")
+        cdef cbool ok
+        with nogil:
+            ok = llm.set_config(s)
+        return ok
+
+    def dump_config(self) -> str:
+        cdef Llm* llm = self._require(False)
+        cdef string s
+        with nogil:
+            s = llm.dump_config()
+        return s.decode("utf-8", "replace")
+
+    def load(self) -> bool:
+        cdef Llm* llm = self._require(False)
+        cdef cbool ok
+        with nogil:
+            ok = llm.load()
+        self._loaded = ok
+        return ok
+
+    def close(self) -> None:
+        """Free the model; idempotent."""
+        self._destroy()
+
+    def tokenize(self, str text) -> list:
+        cdef Llm* llm = self._require()
+        cdef string s = text.encode("utf-8", "surrogatepass")
+        cdef vector[int] ids
+        with nogil:
+            ids = llm.tokenizer_encode(s)
+        return list(ids)
+
+    def token_bytes(self, int token) -> bytes:
+        cdef Llm* llm = self._require()
+        cdef string s
+        with nogil:
+            s = llm.tokenizer_decode(token)
+        return PyBytes_FromStringAndSize(s.data(), s.size())
+
+    def detokenize(self, ids) -> bytes:
+        cdef Llm* llm = self._require()
+        cdef vector[int] v = ids
+        cdef string out
+        cdef size_t i
+        with nogil:
+            for i in range(v.size()):
+                out.append(llm.tokenizer_decode(v[i]))
+        return PyBytes_FromStringAndSize(out.data(), out.size())
+
+    def is_stop(self, int token) -> bool:
+        return self._require().is_stop(token)
+
+    def apply_chat_template(self, messages) -> str:
+        """Render (role, content) pairs with the model's template, adding the
+        assistant generation prompt."""
+        cdef Llm* llm = self._require()
+        cdef vector[pair[string, string]] v
+        for role, content in messages:
+            v.push_back(pair[string, string](role.encode("utf-8"), content.encode("utf-8")))
+        cdef string out
+        with nogil:
+            out = llm.apply_chat_template(v)
+        return out.decode("utf-8", "replace")
+
+    def context_stats(self) -> dict:
+        cdef LlmContext* c = llm_context(self._require())
+        return {"prompt_len": c.prompt_len, "gen_seq_len": c.gen_seq_len,
+                "all_seq_len": c.all_seq_len, "load_us": c.load_us,
+                "prefill_us": c.prefill_us, "decode_us": c.decode_us}
+
+    def cancel(self) -> None:
+        """Ask the running generation to stop before its next token."""
+        self._cancel.store(1)
+
+    def clear_cancel(self) -> None:
+        self._cancel.store(0)
+
+    def vocab_size(self) -> int:
+        """Size of the logits vector, found by one short forward (also a warm-up)."""
+        cdef Llm* llm = self._require()
+        cdef vector[int] ids = self.tokenize("Hi")
+        cdef VARP logits
+        cdef int n = 0
+        with nogil:
+            llm.reset()
+            llm.generate_init(NULL, NULL)
+            logits = llm.forward(ids, True)
+            read_logits(logits, &n)
+            varp_reset(logits)
+            llm.reset()
+        return n
+
+    def generate(self, prompt_ids, dict sampling, stop=(), callback=None,
+                 int max_tokens=-1, int context_limit=2048, seed=0,
+                 bint ignore_eos=False) -> dict:
+        """Run one generation over prompt token ids. See mnn_engine.llm.Llm.generate."""
+        cdef Llm* llm = self._require()
+        cdef vector[int] prompt = prompt_ids
+        cdef _Sampler sampler = _Sampler()
+        sampler.p.temperature = sampling["temperature"]
+        sampler.p.top_k = sampling["top_k"]
+        sampler.p.top_p = sampling["top_p"]
+        sampler.p.min_p = sampling["min_p"]
+        sampler.p.repetition_penalty = sampling["repetition_penalty"]
+        sampler.p.presence_penalty = sampling["presence_penalty"]
+        sampler.p.frequency_penalty = sampling["frequency_penalty"]
+        sampler.p.top_logprobs = sampling["top_logprobs"]
+        sampler.rng = <uint64_t>(seed & 0xFFFFFFFFFFFFFFFF)
+        for token, value in sampling["logit_bias"].items():
+            sampler.bias.push_back(pair[int, float](token, value))
+        cdef vector[string] stops
+        for s in stop:
+            stops.push_back(s.encode("utf-8"))
+        cdef _Loop loop = _Loop()
+        loop.llm = llm
+        loop.sampler = sampler
+        loop.stops = stops
+        loop.callback = callback
+        loop.has_callback = callback is not None
+        loop.max_tokens = max_tokens
+        loop.context_limit = context_limit
+        loop.ignore_eos = ignore_eos
+        loop.cancel_flag = &self._cancel
+        with nogil:
+            loop.run(prompt)
+        if loop.error is not None:
+            raise loop.error
+        if loop.callback_error is not None:
+            raise loop.callback_error
+        return loop.result()
+
+    def mnn_response(self, prompt_ids, int max_new_tokens) -> dict:
+        """MNN's own generation loop (`Llm::response`) over the same ids: the
+        benchmark baseline. Uses the sampler MNN built at load time."""
+        cdef Llm* llm = self._require()
+        cdef vector[int] ids = prompt_ids
+        cdef TimingStreamBuf buf
+        cdef int64_t start, end
+        with nogil:
+            llm.reset()
+            start = monotonic_ns()
+            run_mnn_response(llm, ids, &buf, max_new_tokens)
+            end = monotonic_ns()
+        cdef LlmContext* c = llm_context(llm)
+        return {"start_ns": start, "end_ns": end, "first_token_ns": buf.first_ns,
+                "last_token_ns": buf.last_ns, "tokens": buf.flushes,
+                "prompt_len": c.prompt_len, "gen_seq_len": c.gen_seq_len,
+                "prefill_us": c.prefill_us, "decode_us": c.decode_us}
+
+
+cdef class _Loop:
+    """State of one generation: runs without the GIL."""
+    cdef Llm* llm
+    cdef _Sampler sampler
+    cdef vector[string] stops
+    cdef object callback
+    cdef object callback_error
+    cdef cbool has_callback
+    cdef cbool callback_failed
+    cdef object error
+    cdef int max_tokens
+    cdef int context_limit
+    cdef cbool ignore_eos
+    cdef atomic[int]* cancel_flag
+    # outputs
+    cdef vector[int] tokens
+    cdef vector[float] logprobs
+    cdef vector[vector[pair[float, int]]] top_logprobs
+    cdef string text
+    cdef string held
+    cdef Finish finish
+    cdef int prompt_len
+    cdef int decode_steps
+    cdef int64_t t_start, t_prefill_end, t_first, t_end
+    cdef string error_message
+
+    cdef cbool cancelled(self) noexcept nogil:
+        return self.cancel_flag[0].load() != 0
+
+    cdef void run(self, const vector[int]& prompt) noexcept nogil:
+        cdef VARP logits_var
+        cdef const float* logits
+        cdef int vocab = 0
+        cdef int token
+        cdef string piece
+        cdef LlmContext* ctx
+        cdef vector[int] one = vector[int](1)
+        self.prompt_len = <int>prompt.size()
+        self.finish = F_NONE
+        self.t_start = monotonic_ns()
+        self.t_first = 0
+        self.t_prefill_end = 0
+        self.llm.reset()
+        self.llm.generate_init(NULL, NULL)
+        logits_var = self.llm.forward(prompt, True)
+        self.t_prefill_end = monotonic_ns()
+        ctx = llm_context(self.llm)
+        logits = read_logits(logits_var, &vocab)
+        if logits == NULL:
+            self.fail(b"MNN returned no float32 logits")
+            return
+        with gil:
+            try:
+                self.sampler.setup(vocab, prompt)
+            except BaseException as exc:
+                self.error = exc
+                self.finish = F_ERROR
+                return
+        while True:
+            if self.cancelled():
+                self.finish = F_CANCELLED
+                break
+            token = self.sampler.sample(logits)
+            if self.t_first == 0:
+                self.t_first = monotonic_ns()
+            if not self.ignore_eos and self.llm.is_stop(token):
+                self.finish = F_STOP
+                break
+            self.sampler.accept(token)
+            self.tokens.push_back(token)
+            if self.sampler.p.top_logprobs >= 0:
+                self.logprobs.push_back(self.sampler.last_logprob)
+                self.top_logprobs.push_back(self.sampler.last_top)
+            piece = self.llm.tokenizer_decode(token)
+            if self.emit(piece):
+                break
+            if self.max_tokens >= 0 and <int>self.tokens.size() >= self.max_tokens:
+                self.finish = F_LENGTH
+                break
+            if ctx.all_seq_len >= self.context_limit:
+                self.finish = F_LENGTH
+                break
+            if self.cancelled():
+                self.finish = F_CANCELLED
+                break
+            varp_reset(logits_var)
+            one[0] = token
+            logits_var = self.llm.forward(one, False)
+            self.decode_steps += 1
+            logits = read_logits(logits_var, &vocab)
+            if logits == NULL:
+                self.fail(b"MNN returned no float32 logits")
+                return
+        if self.finish != F_ERROR and not self.callback_failed:
+            self.flush_held()
+        self.t_end = monotonic_ns()
+
+    cdef void fail(self, const char* message) noexcept nogil:
+        self.finish = F_ERROR
+        self.error_message = message
+        self.t_end = monotonic_ns()
+
+    cdef cbool emit(self, const string& piece) noexcept nogil:
+        """Add a token's bytes; send what is safe to send. True when a stop
+        string ended the generation or the callback failed."""
+        cdef size_t pos, ready, hold
+        self.held.append(piece)
+        if self.stops.size() > 0:
+            pos = find_stop(self.held, self.stops)
+            if pos <= self.held.size():
+                self.held.resize(pos)
+                self.finish = F_STOP
+                self.flush_held()
+                return True
+        ready = utf8_complete_prefix(self.held)
+        if self.stops.size() > 0:
+            hold = stop_prefix_suffix(self.held, self.stops)
+            if self.held.size() - hold < ready:
+                ready = self.held.size() - hold
+        if ready == 0:
+            return False
+        return self.send(ready)
+
+    cdef void flush_held(self) noexcept nogil:
+        if self.held.size() > 0:
+            self.send(self.held.size())
+
+    cdef cbool send(self, size_t length) noexcept nogil:
+        """Move held[:length] to the output and the callback."""
+        cdef string out = self.held.substr(0, length)
+        self.held.erase(0, length)
+        self.text.append(out)
+        if not self.has_callback:
+            return False
+        with gil:
+            try:
+                self.callback(out.decode("utf-8", "replace"))
+            except BaseException as exc:
+                self.callback_error = exc
+                self.callback_failed = True
+                self.finish = F_CANCELLED
+                return True
+        return False
+
+    def result(self) -> dict:
+        cdef int64_t end = self.t_end
+        cdef int n = <int>self.tokens.size()
+        cdef double decode_ms = ns_to_ms(end - self.t_first) if self.t_first else 0.0
+        out = {
+            "text": self.text.decode("utf-8", "replace"),
+            "token_ids": list(self.tokens),
+            "finish_reason": _FINISH_NAMES.get(self.finish, FINISH_ERROR),
+            "error_message": self.error_message.decode("utf-8", "replace"),
+            "prompt_tokens": self.prompt_len,
+            "completion_tokens": n,
+            "prefill_ms": ns_to_ms(self.t_prefill_end - self.t_start) if self.t_prefill_end else 0.0,
+            "time_to_first_token_ms": ns_to_ms(self.t_first - self.t_start) if self.t_first else 0.0,
+            "decode_ms": decode_ms,
+            "decode_steps": self.decode_steps,
+            "total_ms": ns_to_ms(end - self.t_start),
+        }
+        cdef int i
+        cdef size_t j
+        if self.sampler.p.top_logprobs >= 0:
+            rows = []
+            for i in range(n):
+                top = []
+                for j in range(self.top_logprobs[i].size()):
+                    top.append((self.top_logprobs[i][j].second, self.top_logprobs[i][j].first))
+                rows.append((self.tokens[i], self.logprobs[i], top))
+            out["logprobs"] = rows
+        return out
