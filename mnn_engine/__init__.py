@@ -1,1 +1,30 @@
-from mnn_engine import _mnn  # noqa
+"""mnn-engine: run MNN large language models on the device.
+
+The core API is :class:`Llm`::
+
+    from mnn_engine import Llm
+    with Llm("~/models/Qwen3-0.6B-MNN") as llm:
+        for piece in llm.stream([{"role": "user", "content": "Hi!"}], max_tokens=64):
+            print(piece, end="", flush=True)
+"""
+
+from .errors import ERROR_CODES, MnnEngineError
+from .native_output import captured_native_output
+
+with captured_native_output():  # the engine prints CPU features when it loads
+    from . import _mnn  # noqa: F401
+
+from .llm import GenerationResult, Llm, TokenLogprob
+from .sampling import GenerationConfig
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ERROR_CODES",
+    "GenerationConfig",
+    "GenerationResult",
+    "Llm",
+    "MnnEngineError",
+    "TokenLogprob",
+    "__version__",
+]

@@ -61,4 +61,3 @@ cdef extern from "mnn_llm_api.h" namespace "mnn_engine" nogil:
     int64_t monotonic_ns()
     void run_mnn_response(Llm* llm, const vector[int]& ids, TimingStreamBuf* buf,
                           int max_new_tokens) except +
-    void flush_stdio()

@@ -41,11 +41,6 @@ _FINISH_NAMES = {F_STOP: FINISH_STOP, F_LENGTH: FINISH_LENGTH,
                  F_CANCELLED: FINISH_CANCELLED, F_ERROR: FINISH_ERROR}
 
 
-def flush_native_stdio() -> None:
-    """Flush the C library's stdio buffers (MNN prints through them)."""
-    flush_stdio()
-
-
 # ---------------------------------------------------------------- random numbers
 cdef inline uint64_t splitmix64(uint64_t* state) noexcept nogil:
     state[0] += <uint64_t>0x9E3779B97F4A7C15

@@ -205,6 +205,4 @@ inline void run_mnn_response(MNN::Transformer::Llm* llm, const std::vector<int>&
     llm->response(ids, &os, "", max_new_tokens);
 }
 
-inline void flush_stdio() { std::fflush(nullptr); }
-
 }  // namespace mnn_engine

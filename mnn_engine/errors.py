@@ -1,0 +1,60 @@
+"""The one exception type of mnn_engine and its table of stable error codes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ErrorKind:
+    """What an error code means and how the HTTP server reports it."""
+
+    http_status: int
+    openai_type: str
+    meaning: str
+
+
+#: Every error code mnn_engine raises. Codes are stable: clients may match on them.
+ERROR_CODES: dict[str, ErrorKind] = {
+    "invalid_argument": ErrorKind(400, "invalid_request_error", "An argument is out of range or of the wrong type."),
+    "empty_prompt": ErrorKind(400, "invalid_request_error", "The prompt has no tokens."),
+    "context_length_exceeded": ErrorKind(400, "invalid_request_error", "The prompt does not fit in the model's context."),
+    "model_not_found": ErrorKind(404, "invalid_request_error", "No model at that path or with that ID."),
+    "invalid_model": ErrorKind(422, "invalid_request_error", "The model directory is incomplete or inconsistent."),
+    "model_load_failed": ErrorKind(500, "server_error", "MNN could not load the model."),
+    "model_not_loaded": ErrorKind(409, "invalid_request_error", "The operation needs a loaded model."),
+    "model_closed": ErrorKind(409, "invalid_request_error", "The model was closed."),
+    "busy": ErrorKind(429, "rate_limit_error", "A generation is already running."),
+    "generation_failed": ErrorKind(500, "server_error", "The engine failed during generation."),
+    "internal_error": ErrorKind(500, "server_error", "An unexpected failure inside mnn_engine."),
+}
+
+
+class MnnEngineError(Exception):
+    """An error with a stable machine-readable ``code`` (see ``ERROR_CODES``).
+
+    ``param`` names the offending argument or file when there is one.
+    """
+
+    def __init__(self, code: str, message: str, *, param: str | None = None) -> None:
+        if code not in ERROR_CODES:
+            raise ValueError(f"unknown mnn_engine error code {code!r}")
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.param = param
+
+    @property
+    def kind(self) -> ErrorKind:
+        return ERROR_CODES[self.code]
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}"
+
+    def __repr__(self) -> str:
+        return f"MnnEngineError({self.code!r}, {self.message!r}, param={self.param!r})"
+
+
+def invalid(param: str, message: str) -> MnnEngineError:
+    """Shorthand for an ``invalid_argument`` error about ``param``."""
+    return MnnEngineError("invalid_argument", f"{param}: {message}", param=param)

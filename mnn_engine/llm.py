@@ -1,0 +1,465 @@
+"""``mnn_engine.Llm``: one MNN model, our generation loop, our sampler."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import os
+import queue
+import threading
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+from . import _mnn
+from .errors import MnnEngineError, invalid
+from .model_files import check_model_files, read_config, resolve_config_path
+from .native_output import captured_native_output
+from .sampling import GenerationConfig
+
+log = logging.getLogger("mnn_engine.llm")
+
+Message = Mapping[str, Any]
+Prompt = Union[str, Sequence[int], Sequence[Message]]
+TokenCallback = Callable[[str], Any]
+
+_SAMPLER_DEFAULT_KEYS = (
+    "temperature", "top_k", "top_p", "min_p",
+    "repetition_penalty", "presence_penalty", "frequency_penalty",
+)
+_DEFAULT_CONTEXT = 2048
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """Log-probability of a generated token, with the most likely alternatives."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """What one generation produced, and how fast.
+
+    ``finish_reason`` is ``stop`` (end token or stop string), ``length``
+    (max_tokens or the context limit), ``cancelled`` or ``error``.
+    Times are in milliseconds; ``decode_tokens_per_second`` counts the
+    single-token forwards after the first token.
+    """
+
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    prefill_ms: float
+    decode_ms: float
+    time_to_first_token_ms: float
+    total_ms: float
+    decode_steps: int
+    seed: int
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    error: str | None = None
+
+    @property
+    def prefill_tokens_per_second(self) -> float:
+        return self.prompt_tokens / (self.prefill_ms / 1000) if self.prefill_ms > 0 else 0.0
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        return self.decode_steps / (self.decode_ms / 1000) if self.decode_ms > 0 else 0.0
+
+    @property
+    def usage(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
+
+
+def _close_core(core: _mnn.LlmCore) -> None:
+    with captured_native_output():
+        core.close()
+
+
+class Llm:
+    """An MNN large language model.
+
+    ``Llm(path, **config_overrides)`` opens a model from its directory or its
+    ``config.json``; the overrides (MNN config keys such as ``thread_num``,
+    ``precision``, ``max_all_tokens``) are applied before loading. ``load()``
+    reads the weights and warms the model up; ``close()`` frees it (also at
+    exit). Generation methods take the prompt as text (used as is), token ids,
+    or chat messages (``[{"role": ..., "content": ...}]``, rendered with the
+    model's chat template), and sampling keywords with OpenAI's names (see
+    ``GenerationConfig``). One generation runs at a time per model.
+    """
+
+    def __init__(self, model: str | os.PathLike[str], **config_overrides: Any) -> None:
+        self.config_path = resolve_config_path(model)
+        self.model_dir = self.config_path.parent
+        self.file_config = read_config(self.config_path)
+        check_model_files(self.config_path, dict(self.file_config))
+        try:
+            json.dumps(config_overrides)
+        except (TypeError, ValueError) as exc:
+            raise invalid("config_overrides", f"must be JSON-serialisable: {exc}") from exc
+        self.config_overrides = dict(config_overrides)
+        self._core: _mnn.LlmCore | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._generation_lock = threading.Lock()
+        self._state_lock = threading.RLock()
+        self._vocab_size = 0
+        self._context_limit = _DEFAULT_CONTEXT
+        self._sampling_defaults: dict[str, Any] = {}
+        self._template_context: dict[str, Any] = {}
+        self._chat_template: str | None = None
+        self.last_result: GenerationResult | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def load(self) -> Llm:
+        """Load the weights and run one short warm-up forward. Idempotent."""
+        with self._state_lock:
+            if self._core is not None:
+                return self
+            with captured_native_output() as lines:
+                core = _mnn.LlmCore(str(self.config_path))
+                if self.config_overrides:
+                    core.set_config(json.dumps(self.config_overrides))
+                ok = core.load()
+            if not ok:
+                _close_core(core)
+                detail = "; ".join(lines) or "no message from MNN"
+                raise MnnEngineError("model_load_failed", f"MNN could not load {self.config_path}: {detail}")
+            self._core = core
+            self._finalizer = weakref.finalize(self, _close_core, core)
+            config = json.loads(core.dump_config())
+            self._vocab_size = core.vocab_size()
+            self._context_limit = int(config.get("max_all_tokens", _DEFAULT_CONTEXT))
+            self._sampling_defaults = _sampler_defaults(config)
+            jinja = config.get("jinja") if isinstance(config.get("jinja"), dict) else {}
+            self._template_context = dict(jinja.get("context") or {})
+            self._chat_template = jinja.get("chat_template")
+            log.info("loaded %s (vocab %d, context %d)", self.config_path, self._vocab_size, self._context_limit)
+            return self
+
+    def close(self) -> None:
+        """Free the model. Safe to call twice, and while nothing is loaded."""
+        with self._state_lock:
+            core, self._core = self._core, None
+            if core is None:
+                return
+            core.cancel()
+            with self._generation_lock:  # let a running generation finish its token
+                pass
+            if self._finalizer is not None:
+                self._finalizer()
+                self._finalizer = None
+
+    def __enter__(self) -> Llm:
+        return self.load()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._core is not None
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @property
+    def context_limit(self) -> int:
+        """Most tokens (prompt + output) one generation may hold."""
+        return self._context_limit
+
+    @property
+    def sampling_defaults(self) -> dict[str, Any]:
+        """The model's own sampler settings, used for options left unset."""
+        return dict(self._sampling_defaults)
+
+    def _require(self) -> _mnn.LlmCore:
+        core = self._core
+        if core is None:
+            raise MnnEngineError("model_not_loaded", f"{self.model_dir.name}: call load() first")
+        return core
+
+    # ------------------------------------------------------------------ text
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text`` (special tokens in the text are recognised)."""
+        if not isinstance(text, str):
+            raise invalid("text", "must be a string")
+        return self._require().tokenize(text)
+
+    def detokenize_bytes(self, token_ids: Sequence[int]) -> bytes:
+        """Raw bytes of the tokens (a token may hold part of a UTF-8 character)."""
+        ids = self._checked_ids(token_ids, "token_ids")
+        return self._require().detokenize(ids)
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        """Text of the tokens; incomplete UTF-8 at the end becomes U+FFFD."""
+        return self.detokenize_bytes(token_ids).decode("utf-8", "replace")
+
+    def apply_chat_template(
+        self,
+        messages: Sequence[Message],
+        add_generation_prompt: bool = True,
+        enable_thinking: bool | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> str:
+        """Render chat messages with the model's template.
+
+        ``enable_thinking`` and ``tools`` go into the template's context (as
+        Qwen3-style templates expect); ``None`` keeps the model's default.
+        """
+        core = self._require()
+        pairs = _message_pairs(messages)
+        context = dict(self._template_context)
+        # set_config merges, so every key we ever set must be set each time
+        if enable_thinking is not None:
+            context["enable_thinking"] = bool(enable_thinking)
+        else:
+            context.setdefault("enable_thinking", None)
+        context["tools"] = list(tools) if tools else None
+        jinja: dict[str, Any] = {"context": context}
+        if not add_generation_prompt and self._chat_template:
+            jinja["chat_template"] = "{%- set add_generation_prompt = false -%}" + self._chat_template
+        with self._state_lock:
+            core.set_config(json.dumps({"jinja": jinja}))
+            try:
+                return core.apply_chat_template(pairs)
+            finally:
+                if "chat_template" in jinja:
+                    core.set_config(json.dumps({"jinja": {"chat_template": self._chat_template}}))
+
+    def prompt_ids(self, prompt: Prompt, *, enable_thinking: bool | None = None,
+                   tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
+        """Token ids for a prompt given as text, token ids or chat messages."""
+        if isinstance(prompt, str):
+            ids = self.tokenize(prompt)
+        elif isinstance(prompt, Sequence) and prompt and all(isinstance(m, Mapping) for m in prompt):
+            ids = self.tokenize(self.apply_chat_template(prompt, True, enable_thinking, tools))
+        elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
+            ids = self._checked_ids(prompt, "prompt")
+        else:
+            raise invalid("prompt", "must be text, a list of token ids or a list of chat messages")
+        if not ids:
+            raise MnnEngineError("empty_prompt", "the prompt is empty (no tokens)", param="prompt")
+        if len(ids) >= self._context_limit:
+            raise MnnEngineError(
+                "context_length_exceeded",
+                f"the prompt has {len(ids)} tokens; the context holds {self._context_limit}",
+                param="prompt",
+            )
+        return ids
+
+    def _checked_ids(self, token_ids: Sequence[int], param: str) -> list[int]:
+        ids = list(token_ids)
+        for token in ids:
+            if isinstance(token, bool) or not isinstance(token, int):
+                raise invalid(param, f"token ids must be integers (got {token!r})")
+            if not 0 <= token < (self._vocab_size or 2**31):
+                raise invalid(param, f"token id {token} is outside the vocabulary")
+        return ids
+
+    # ------------------------------------------------------------------ generation
+    def generate(
+        self,
+        prompt: Prompt,
+        callback: TokenCallback | None = None,
+        *,
+        config: GenerationConfig | None = None,
+        enable_thinking: bool | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **sampling: Any,
+    ) -> GenerationResult:
+        """Generate a completion; ``callback(piece)`` receives each piece of
+        text as it is produced (always whole UTF-8 characters; stop strings
+        never appear). An exception raised by the callback stops the
+        generation and is re-raised here."""
+        run = self._prepare(prompt, config, enable_thinking, tools, sampling)
+        return self._run(run, callback)
+
+    def stream(self, prompt: Prompt, **kwargs: Any) -> Iterator[str]:
+        """Yield pieces of text as they are generated (a generation thread
+        feeds them). Closing the iterator, or KeyboardInterrupt while it
+        waits, cancels the generation. The result is in ``last_result``."""
+        pieces: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        done = object()
+        outcome: dict[str, Any] = {}
+        run = self._prepare_kwargs(prompt, kwargs)
+
+        def work() -> None:
+            try:
+                outcome["result"] = self._run(run, pieces.put)
+            except BaseException as exc:
+                outcome["error"] = exc
+            finally:
+                pieces.put(done)
+
+        worker = threading.Thread(target=work, name="mnn-engine-generation", daemon=True)
+        worker.start()
+        try:
+            while (item := pieces.get()) is not done:
+                yield item
+        finally:
+            if worker.is_alive():
+                self.cancel()
+                worker.join()
+        if "error" in outcome:
+            raise outcome["error"]
+
+    async def astream(self, prompt: Prompt, **kwargs: Any) -> AsyncIterator[str]:
+        """``stream()`` for asyncio: the generation runs on a worker thread and
+        never blocks the event loop; cancelling the consumer cancels it."""
+        loop = asyncio.get_running_loop()
+        pieces: asyncio.Queue[Any] = asyncio.Queue()
+        done = object()
+        run = self._prepare_kwargs(prompt, kwargs)
+
+        def put(piece: str) -> None:
+            loop.call_soon_threadsafe(pieces.put_nowait, piece)
+
+        future = loop.run_in_executor(None, self._run, run, put)
+        future.add_done_callback(lambda _: pieces.put_nowait(done))
+        try:
+            while (item := await pieces.get()) is not done:
+                yield item
+        finally:
+            if not future.done():
+                self.cancel()
+                await asyncio.wait({future})
+        future.result()
+
+    def cancel(self) -> None:
+        """Stop the running generation before its next token (any thread)."""
+        core = self._core
+        if core is not None:
+            core.cancel()
+
+    def _prepare_kwargs(self, prompt: Prompt, kwargs: dict[str, Any]) -> _Run:
+        config = kwargs.pop("config", None)
+        enable_thinking = kwargs.pop("enable_thinking", None)
+        tools = kwargs.pop("tools", None)
+        return self._prepare(prompt, config, enable_thinking, tools, kwargs)
+
+    def _prepare(self, prompt: Prompt, config: GenerationConfig | None,
+                 enable_thinking: bool | None, tools: Any, sampling: dict[str, Any]) -> _Run:
+        """Validate everything and claim the model, so errors (and ``busy``)
+        surface in the caller's thread before any generation starts."""
+        self._require()
+        gen = GenerationConfig.from_kwargs(config, **sampling)
+        ids = self.prompt_ids(prompt, enable_thinking=enable_thinking, tools=tools)
+        params = gen.resolved(self._sampling_defaults, self._vocab_size)
+        if not self._generation_lock.acquire(blocking=False):
+            raise MnnEngineError("busy", "a generation is already running on this model")
+        core = self._core
+        if core is None:
+            self._generation_lock.release()
+            raise MnnEngineError("model_not_loaded", f"{self.model_dir.name} was closed")
+        core.clear_cancel()  # a cancel from now on applies to this generation
+        return _Run(core, ids, gen, params, gen.effective_seed())
+
+    def _run(self, run: _Run, callback: TokenCallback | None) -> GenerationResult:
+        """Run a prepared generation; releases the claim taken by _prepare."""
+        try:
+            max_tokens = -1 if run.config.max_tokens is None else run.config.max_tokens
+            raw = run.core.generate(
+                run.ids, run.params, stop=run.config.stop, callback=callback,
+                max_tokens=max_tokens, context_limit=self._context_limit,
+                seed=run.seed, ignore_eos=run.config.ignore_eos,
+            )
+        finally:
+            self._generation_lock.release()
+        result = _result(raw, run.seed)
+        self.last_result = result
+        if result.finish_reason == "error":
+            log.error("generation failed: %s", result.error)
+        return result
+
+    # ------------------------------------------------------------------ baseline
+    def mnn_response(self, token_ids: Sequence[int], max_new_tokens: int) -> dict[str, Any]:
+        """Run MNN's own loop (``Llm::response``) over token ids, with the
+        sampler MNN built at load; returns its timings. For benchmarks."""
+        ids = self._checked_ids(token_ids, "token_ids")
+        if not self._generation_lock.acquire(blocking=False):
+            raise MnnEngineError("busy", "a generation is already running on this model")
+        try:
+            return self._require().mnn_response(ids, int(max_new_tokens))
+        finally:
+            self._generation_lock.release()
+
+    def __repr__(self) -> str:
+        state = "loaded" if self.is_loaded else "not loaded"
+        return f"<mnn_engine.Llm {str(self.model_dir)!r} {state}>"
+
+
+@dataclass(frozen=True)
+class _Run:
+    core: _mnn.LlmCore
+    ids: list[int]
+    config: GenerationConfig
+    params: dict[str, Any]
+    seed: int
+
+
+def _result(raw: dict[str, Any], seed: int) -> GenerationResult:
+    logprobs = None
+    if "logprobs" in raw:
+        logprobs = tuple(
+            TokenLogprob(token, logprob, tuple((t, lp) for t, lp in top))
+            for token, logprob, top in raw["logprobs"]
+        )
+    return GenerationResult(
+        text=raw["text"],
+        token_ids=tuple(raw["token_ids"]),
+        finish_reason=raw["finish_reason"],
+        prompt_tokens=raw["prompt_tokens"],
+        completion_tokens=raw["completion_tokens"],
+        prefill_ms=raw["prefill_ms"],
+        decode_ms=raw["decode_ms"],
+        time_to_first_token_ms=raw["time_to_first_token_ms"],
+        total_ms=raw["total_ms"],
+        decode_steps=raw["decode_steps"],
+        seed=seed,
+        logprobs=logprobs,
+        error=raw["error_message"] or None,
+    )
+
+
+def _sampler_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The model's configured sampler, in GenerationConfig terms."""
+    out: dict[str, Any] = {}
+    for key in _SAMPLER_DEFAULT_KEYS:
+        value = config.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[key] = value
+    if config.get("sampler_type") == "greedy":
+        out["temperature"] = 0.0
+    return out
+
+
+def _message_pairs(messages: Sequence[Message]) -> list[tuple[str, str]]:
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+        raise invalid("messages", "must be a non-empty list of {role, content} objects")
+    pairs = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise invalid(f"messages[{i}]", "must be an object with role and content")
+        role, content = message.get("role"), message.get("content")
+        if not isinstance(role, str) or not role:
+            raise invalid(f"messages[{i}].role", "must be a non-empty string")
+        if content is None:
+            content = ""
+        if not isinstance(content, str):
+            raise invalid(f"messages[{i}].content", "must be a string")
+        pairs.append((role, content))
+    return pairs
