@@ -596,7 +596,7 @@ cdef class _Loop:
             if self.max_tokens >= 0 and <int>self.tokens.size() >= self.max_tokens:
                 self.finish = F_LENGTH
                 break
-            if ctx.all_seq_len >= self.context_limit:
+            if ctx.all_seq_len + 1 >= self.context_limit:  # prompt + output fill the context
                 self.finish = F_LENGTH
                 break
             if self.cancelled():
