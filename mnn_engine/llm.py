@@ -31,6 +31,9 @@ _SAMPLER_DEFAULT_KEYS = (
     "repetition_penalty", "presence_penalty", "frequency_penalty",
 )
 _DEFAULT_CONTEXT = 2048
+# Markup tokens that reasoning and tool-call parsing rely on. MNN's tokenizer
+# decodes added tokens to nothing, so their text is restored after load.
+MARKUP_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 
 
 @dataclass(frozen=True)
@@ -146,8 +149,16 @@ class Llm:
             jinja = config.get("jinja") if isinstance(config.get("jinja"), dict) else {}
             self._template_context = dict(jinja.get("context") or {})
             self._chat_template = jinja.get("chat_template")
+            self._restore_markup_tokens(core)
             log.info("loaded %s (vocab %d, context %d)", self.config_path, self._vocab_size, self._context_limit)
             return self
+
+    @staticmethod
+    def _restore_markup_tokens(core: _mnn.LlmCore) -> None:
+        for markup in MARKUP_TOKENS:
+            ids = core.tokenize(markup)
+            if len(ids) == 1 and core.token_bytes(ids[0]) == b"":
+                core.set_token_text(ids[0], markup.encode())
 
     def close(self) -> None:
         """Free the model. Safe to call twice, and while nothing is loaded."""

@@ -9,12 +9,14 @@ turns the dictionaries returned here into typed results.
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cython.operator cimport dereference as deref
 from libc.math cimport INFINITY, exp, log
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcmp
 from libcpp cimport bool as cbool
 from libcpp.atomic cimport atomic
 from libcpp.string cimport string
+from libcpp.unordered_map cimport unordered_map
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
@@ -315,6 +317,16 @@ cdef class _Sampler:
 
 
 # ---------------------------------------------------------------- the model
+cdef string decode_token(Llm* llm, unordered_map[int, string]* overrides, int token) noexcept nogil:
+    cdef string piece = llm.tokenizer_decode(token)
+    cdef unordered_map[int, string].iterator found
+    if piece.empty() and not overrides.empty():
+        found = overrides.find(token)
+        if found != overrides.end():
+            return deref(found).second
+    return piece
+
+
 cdef inline double ns_to_ms(int64_t ns) noexcept nogil:
     return ns / 1e6
 
@@ -327,6 +339,8 @@ cdef class LlmCore:
     cdef Llm* _llm
     cdef cbool _loaded
     cdef atomic[int] _cancel
+    # text of tokens MNN's tokenizer decodes to nothing (e.g. <think>)
+    cdef unordered_map[int, string] _token_text
     cdef readonly str config_path
 
     def __cinit__(self, str config_path):
@@ -399,11 +413,15 @@ cdef class LlmCore:
             ids = llm.tokenizer_encode(s)
         return list(ids)
 
+    def set_token_text(self, int token, bytes text) -> None:
+        """Text to emit for a token that MNN's tokenizer decodes to nothing."""
+        self._token_text[token] = text
+
     def token_bytes(self, int token) -> bytes:
         cdef Llm* llm = self._require()
         cdef string s
         with nogil:
-            s = llm.tokenizer_decode(token)
+            s = decode_token(llm, &self._token_text, token)
         return PyBytes_FromStringAndSize(s.data(), s.size())
 
     def detokenize(self, ids) -> bytes:
@@ -413,7 +431,7 @@ cdef class LlmCore:
         cdef size_t i
         with nogil:
             for i in range(v.size()):
-                out.append(llm.tokenizer_decode(v[i]))
+                out.append(decode_token(llm, &self._token_text, v[i]))
         return PyBytes_FromStringAndSize(out.data(), out.size())
 
     def is_stop(self, int token) -> bool:
@@ -490,6 +508,7 @@ cdef class LlmCore:
         loop.context_limit = context_limit
         loop.ignore_eos = ignore_eos
         loop.cancel_flag = &self._cancel
+        loop.token_text = &self._token_text
         with nogil:
             loop.run(prompt)
         if loop.error is not None:
@@ -531,6 +550,7 @@ cdef class _Loop:
     cdef int context_limit
     cdef cbool ignore_eos
     cdef atomic[int]* cancel_flag
+    cdef unordered_map[int, string]* token_text
     # outputs
     cdef vector[int] tokens
     cdef vector[float] logprobs
@@ -590,7 +610,7 @@ cdef class _Loop:
             if self.sampler.p.top_logprobs >= 0:
                 self.logprobs.push_back(self.sampler.last_logprob)
                 self.top_logprobs.push_back(self.sampler.last_top)
-            piece = self.llm.tokenizer_decode(token)
+            piece = decode_token(self.llm, self.token_text, token)
             if self.emit(piece):
                 break
             if self.max_tokens >= 0 and <int>self.tokens.size() >= self.max_tokens:
