@@ -18,7 +18,9 @@ class ErrorKind:
 ERROR_CODES: dict[str, ErrorKind] = {
     "invalid_argument": ErrorKind(400, "invalid_request_error", "An argument is out of range or of the wrong type."),
     "empty_prompt": ErrorKind(400, "invalid_request_error", "The prompt has no tokens."),
-    "context_length_exceeded": ErrorKind(400, "invalid_request_error", "The prompt does not fit in the model's context."),
+    "context_length_exceeded": ErrorKind(
+        400, "invalid_request_error", "The prompt does not fit in the model's context."
+    ),
     "model_not_found": ErrorKind(404, "invalid_request_error", "No model at that path or with that ID."),
     "invalid_model": ErrorKind(422, "invalid_request_error", "The model directory is incomplete or inconsistent."),
     "model_load_failed": ErrorKind(500, "server_error", "MNN could not load the model."),

@@ -12,7 +12,7 @@ import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from . import _mnn
 from .errors import MnnEngineError, invalid
@@ -23,7 +23,7 @@ from .sampling import GenerationConfig
 log = logging.getLogger("mnn_engine.llm")
 
 Message = Mapping[str, Any]
-Prompt = Union[str, Sequence[int], Sequence[Message]]
+Prompt = str | Sequence[int] | Sequence[Message]
 TokenCallback = Callable[[str], Any]
 
 _SAMPLER_DEFAULT_KEYS = (

@@ -67,7 +67,7 @@ def captured_native_output() -> Iterator[list[str]]:
         except OSError:  # no usable stdout/stderr (daemon): nothing to capture
             yield lines
             return
-        sink = tempfile.TemporaryFile(prefix="mnn-engine-native-")
+        sink = tempfile.TemporaryFile(prefix="mnn-engine-native-")  # noqa: SIM115 (closed below)
         _depth = 1
         try:
             _flush_all()

@@ -13,10 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from support import QWEN_IM_END, SCRIPTED_TEXT, TOOLCALL_TEXT, test_model_dir
 
 from mnn_engine import GenerationConfig, Llm, MnnEngineError
-
-from .conftest import QWEN_IM_END, SCRIPTED_TEXT, TOOLCALL_TEXT, test_model_dir
 
 LONG = {"ignore_eos": True, "max_tokens": 400, "temperature": 0}
 
@@ -318,7 +317,7 @@ def test_prompt_as_token_ids(scripted, chat):
 def test_logprobs(tiny, chat):
     result = tiny.generate(chat, temperature=0, max_tokens=6, ignore_eos=True, logprobs=True, top_logprobs=3)
     assert result.logprobs is not None and len(result.logprobs) == 6
-    for entry, token in zip(result.logprobs, result.token_ids):
+    for entry, token in zip(result.logprobs, result.token_ids, strict=True):
         assert entry.token_id == token
         assert entry.logprob <= 0
         assert len(entry.top) == 3

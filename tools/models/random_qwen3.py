@@ -21,6 +21,7 @@ exact text.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -112,7 +113,7 @@ def script(model: Qwen3ForCausalLM, chain: list[int], strength: float = 40.0) ->
         unit = embed / embed.norm(dim=1, keepdim=True).clamp_min(1e-6)
         scale = strength / embed.shape[1] ** 0.5
         head = 0.5 * scale * unit.clone()  # every other token weakly repeats itself
-        for source, target in zip(chain[:-1], chain[1:]):
+        for source, target in itertools.pairwise(chain):
             head[target] = scale * unit[source]
         model.lm_head.weight.copy_(head)
 

@@ -1,0 +1,30 @@
+"""Test models for the suite: names, what they say, where they are."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BUILD_TOOL = REPO / "tools" / "models" / "build_test_models.py"
+SCRIPTED_TEXT = "Hello! I am a tiny MNN test model, 你好 🪿."
+TOOLCALL_TEXT = '<tool_call>{"name":"get_weather","arguments":{"city":"Paris"}}</tool_call>'
+QWEN_IM_END = 151645
+
+
+def test_model_dir(name: str) -> Path:
+    """Directory of a generated test model; built by the project's tool on
+    first use, or taken from $MNN_ENGINE_TEST_MODELS when it holds it."""
+    env = os.environ.get("MNN_ENGINE_TEST_MODELS")
+    root = Path(env).expanduser() if env else None
+    if root is not None and (root / name / "config.json").is_file():
+        return root / name
+    out = subprocess.run(
+        [sys.executable, str(BUILD_TOOL), name], check=True, stdout=subprocess.PIPE, text=True
+    ).stdout.strip().splitlines()
+    return Path(out[-1])
+
+
+test_model_dir.__test__ = False  # not a test, despite the name
