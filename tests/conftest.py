@@ -14,32 +14,20 @@ def _load(name: str):
     return llm
 
 
-@pytest.fixture(scope="session")
-def scripted():
-    llm = _load("tiny-scripted")
-    yield llm
-    llm.close()
+def _session_model(name: str):
+    @pytest.fixture(scope="session")
+    def loaded():
+        llm = _load(name)
+        yield llm
+        llm.close()
+
+    return loaded
 
 
-@pytest.fixture(scope="session")
-def tiny():
-    llm = _load("tiny")
-    yield llm
-    llm.close()
-
-
-@pytest.fixture(scope="session")
-def toolcall():
-    llm = _load("tiny-toolcall")
-    yield llm
-    llm.close()
-
-
-@pytest.fixture(scope="session")
-def smollm():
-    llm = _load("smollm2-135m")
-    yield llm
-    llm.close()
+scripted = _session_model("tiny-scripted")
+tiny = _session_model("tiny")
+toolcall = _session_model("tiny-toolcall")
+smollm = _session_model("smollm2-135m")
 
 
 @pytest.fixture

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Our Cython generation loop versus MNN's own loop, on one loaded model.
+
+Usage: python tools/bench/engine.py [--model DIR] [--threads 2] [--prompt-len 128]
+                                    [--gen 128] [--iters 5] [--json OUT.json]
+
+Both loops run in the same process on the same loaded model (the same
+extension reaches ``Llm::response`` with a stream buffer for MNN's side),
+interleaved run by run so machine noise hits both alike. Both are greedy and
+generate exactly ``--gen`` tokens from the same ``--prompt-len`` prompt ids.
+Both are timed the same way, from the clock around the call and per-token
+timestamps:
+
+- prefill tokens/s = prompt tokens / time from the call to the first token
+- decode tokens/s  = (tokens - 1) / time from the first token to the last
+
+"ours+callback" hands every piece to a Python callback (the GIL is taken once
+per token), as streaming users do; "ours" runs without one. Figures are
+medians over ``--iters`` runs; ratios are ours / MNN (target: >= 0.99).
+The default model is the Qwen3-0.6B-shape test model (built with
+``tools/models/build_test_models.py --big``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TEXT = (
+    "Rivers carve valleys over millions of years, carrying sand and silt from the mountains "
+    "to the sea. Along the way they feed forests, farms and cities, and every bend tells a "
+    "story of floods, droughts and the slow patience of water. "
+)
+
+
+def default_model() -> Path:
+    out = subprocess.run(
+        [sys.executable, str(REPO / "tools/models/build_test_models.py"), "qwen3-0.6b-shape"],
+        check=True, stdout=subprocess.PIPE, text=True,
+    ).stdout.strip().splitlines()
+    return Path(out[-1])
+
+
+def ours(llm, ids: list[int], gen: int, with_callback: bool) -> dict[str, float]:
+    stamps: list[int] = []
+    callback = (lambda _piece: stamps.append(time.perf_counter_ns())) if with_callback else None
+    result = llm.generate(ids, callback=callback, temperature=0, max_tokens=gen, ignore_eos=True)
+    assert result.completion_tokens == gen, result
+    return {
+        "prefill_tps": len(ids) / (result.time_to_first_token_ms / 1e3),
+        "decode_tps": (gen - 1) / (result.decode_ms / 1e3),
+    }
+
+
+def mnn(llm, ids: list[int], gen: int) -> dict[str, float]:
+    run = llm.mnn_response(ids, gen)
+    tokens = run["tokens"]
+    assert tokens >= gen - 1, run
+    return {
+        "prefill_tps": len(ids) / ((run["first_token_ns"] - run["start_ns"]) / 1e9),
+        "decode_tps": (tokens - 1) / ((run["last_token_ns"] - run["first_token_ns"]) / 1e9),
+        "mnn_prefill_tps_own_counter": run["prompt_len"] / (run["prefill_us"] / 1e6) if run["prefill_us"] else 0.0,
+        "mnn_decode_tps_own_counter": run["gen_seq_len"] / (run["decode_us"] / 1e6) if run["decode_us"] else 0.0,
+    }
+
+
+def bench(model: Path, threads: int, prompt_len: int, gen: int, iters: int) -> dict:
+    from mnn_engine import Llm
+
+    started = time.perf_counter()
+    llm = Llm(model, thread_num=threads, sampler_type="greedy", max_new_tokens=gen,
+              max_all_tokens=max(2048, prompt_len + gen + 8)).load()
+    load_s = time.perf_counter() - started
+    ids = (llm.tokenize(TEXT * (prompt_len // 20 + 2)))[:prompt_len]
+    assert len(ids) == prompt_len
+    runners = {
+        "mnn": lambda: mnn(llm, ids, gen),
+        "ours": lambda: ours(llm, ids, gen, with_callback=False),
+        "ours+callback": lambda: ours(llm, ids, gen, with_callback=True),
+    }
+    for run in runners.values():  # warm-up, not measured
+        run()
+    samples: dict[str, list[dict[str, float]]] = {name: [] for name in runners}
+    for i in range(iters):
+        order = list(runners) if i % 2 == 0 else list(reversed(runners))
+        for name in order:
+            samples[name].append(runners[name]())
+    llm.close()
+    medians = {
+        name: {key: statistics.median(s[key] for s in runs) for key in runs[0]}
+        for name, runs in samples.items()
+    }
+    ratios = {
+        name: {
+            "prefill": medians[name]["prefill_tps"] / medians["mnn"]["prefill_tps"],
+            "decode": medians[name]["decode_tps"] / medians["mnn"]["decode_tps"],
+        }
+        for name in ("ours", "ours+callback")
+    }
+    return {"model": str(model), "threads": threads, "prompt_len": prompt_len, "gen": gen, "iters": iters,
+            "load_s": load_s, "medians": medians, "ratios": ratios, "samples": samples}
+
+
+def report(result: dict) -> str:
+    med, rat = result["medians"], result["ratios"]
+    lines = [
+        f"model {result['model']}  threads {result['threads']}  prompt {result['prompt_len']}  "
+        f"gen {result['gen']}  iters {result['iters']}  load {result['load_s']:.2f}s",
+        f"{'loop':<15}{'prefill tok/s':>15}{'decode tok/s':>15}{'prefill ratio':>15}{'decode ratio':>15}",
+    ]
+    for name in ("mnn", "ours", "ours+callback"):
+        r = rat.get(name, {"prefill": 1.0, "decode": 1.0})
+        lines.append(f"{name:<15}{med[name]['prefill_tps']:>15.1f}{med[name]['decode_tps']:>15.2f}"
+                     f"{r['prefill']:>15.3f}{r['decode']:>15.3f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=None)
+    parser.add_argument("--threads", type=int, nargs="+", default=[2])
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--gen", type=int, default=128)
+    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--json", type=Path, default=None, help="write all samples and medians here")
+    args = parser.parse_args()
+    model = args.model or default_model()
+    results = []
+    for threads in args.threads:
+        result = bench(model, threads, args.prompt_len, args.gen, args.iters)
+        print(report(result), flush=True)
+        results.append(result)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
