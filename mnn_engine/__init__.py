@@ -14,17 +14,28 @@ from .native_output import captured_native_output
 with captured_native_output():  # the engine prints CPU features when it loads
     from . import _mnn  # noqa: F401
 
+from .engine import Engine, LoadOptions, backend_capabilities
 from .llm import GenerationResult, Llm, TokenLogprob
+from .models import ModelInfo, ModelStore, model_id_from_name
 from .sampling import GenerationConfig
+from .state import Event, LogEntry
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ERROR_CODES",
+    "Engine",
+    "Event",
     "GenerationConfig",
     "GenerationResult",
     "Llm",
+    "LoadOptions",
+    "LogEntry",
     "MnnEngineError",
+    "ModelInfo",
+    "ModelStore",
     "TokenLogprob",
     "__version__",
+    "backend_capabilities",
+    "model_id_from_name",
 ]

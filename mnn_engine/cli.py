@@ -1,21 +1,186 @@
-"""Command line: ``python -m mnn_engine ...``."""
+"""Command line: ``python -m mnn_engine ...``.
+
+Human-readable output by default, ``--json`` for scripts. Errors print
+``error: [code] message`` on stderr and exit with status 2 (1 for usage errors).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from . import __version__
+from .engine import BACKENDS, PRECISIONS, Engine, LoadOptions, backend_capabilities
 from .errors import MnnEngineError
 from .llm import Llm
+from .models import ModelInfo, ModelStore
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def _progress_bar(stream=sys.stderr) -> Callable[[int, int, str], None]:
+    last = [0.0]
+
+    def show(copied: int, total: int, _name: str) -> None:
+        now = time.monotonic()
+        if copied < total and now - last[0] < 0.1:
+            return
+        last[0] = now
+        fraction = copied / total if total else 1.0
+        filled = int(fraction * 30)
+        stream.write(f"\rimporting [{'#' * filled}{'.' * (30 - filled)}] {fraction:4.0%} "
+                     f"{_size(copied)} / {_size(total)}")
+        if copied >= total:
+            stream.write("\n")
+        stream.flush()
+
+    return show
+
+
+def _model_line(info: ModelInfo) -> str:
+    visual = "  vision" if info.is_visual else ""
+    return f"{info.id:<32} {_size(info.size_bytes):>10}  {info.name}{visual}"
+
+
+# ---------------------------------------------------------------- models
+def _models_import(args: argparse.Namespace) -> int:
+    store = ModelStore()
+    progress = None if args.json or not sys.stderr.isatty() and not args.progress else _progress_bar()
+    info = store.import_model(args.path, model_id=args.id, replace=args.replace, progress=progress)
+    if args.json:
+        _print_json(info.to_dict())
+    else:
+        print(f"imported {info.id} ({_size(info.size_bytes)}) into {info.path}")
+    return 0
+
+
+def _models_list(args: argparse.Namespace) -> int:
+    models = ModelStore().list()
+    if args.json:
+        _print_json([m.to_dict() for m in models])
+    elif not models:
+        print(f"no models in {ModelStore().models_dir} (add one with: python -m mnn_engine models import PATH)")
+    else:
+        for info in models:
+            print(_model_line(info))
+    return 0
+
+
+def _models_info(args: argparse.Namespace) -> int:
+    info = ModelStore().get(args.id)
+    if args.json:
+        _print_json(info.to_dict())
+    else:
+        print(f"id        {info.id}\nname      {info.name}\npath      {info.path}\n"
+              f"size      {_size(info.size_bytes)}\nvision    {'yes' if info.is_visual else 'no'}\n"
+              f"created   {time.strftime('%Y-%m-%d %H:%M', time.localtime(info.created))}\nfiles")
+        for name in info.files:
+            print(f"  {name}")
+    return 0
+
+
+def _models_rename(args: argparse.Namespace) -> int:
+    info = ModelStore().rename(args.old, args.new)
+    print(f"renamed {args.old} -> {info.id}")
+    return 0
+
+
+def _models_rm(args: argparse.Namespace) -> int:
+    ModelStore().delete(args.id)
+    print(f"deleted {args.id}")
+    return 0
+
+
+# ---------------------------------------------------------------- caches, backends
+def _cache_show(args: argparse.Namespace) -> int:
+    sizes = ModelStore().cache_info(args.id)
+    if args.json:
+        _print_json(sizes)
+    elif not sizes:
+        print("no caches")
+    else:
+        for model_id, size in sizes.items():
+            print(f"{model_id:<32} {_size(size):>10}")
+    return 0
+
+
+def _cache_clear(args: argparse.Namespace) -> int:
+    freed = ModelStore().clear_cache(args.id)
+    print(f"freed {_size(freed)}")
+    return 0
+
+
+def _backends(args: argparse.Namespace) -> int:
+    caps = backend_capabilities()
+    if args.json:
+        _print_json(caps)
+    else:
+        for name, cap in caps.items():
+            compiled = "compiled" if cap["compiled"] else "not compiled"
+            available = "available" if cap["available"] else "unavailable"
+            print(f"{name:<8} {compiled:<13} {available}")
+    return 0
+
+
+# ---------------------------------------------------------------- generation
+def _load_options(args: argparse.Namespace) -> LoadOptions:
+    return LoadOptions(backend=args.backend, use_mmap=args.mmap, precision=args.precision, threads=args.threads)
+
+
+def _chat(args: argparse.Namespace) -> int:
+    engine = Engine()
+    try:
+        engine.load(args.model, _load_options(args))
+        messages: list[dict[str, str]] = []
+        if args.system:
+            messages.append({"role": "system", "content": args.system})
+        print("Type a message; Ctrl-C stops an answer, Ctrl-D quits.", file=sys.stderr)
+        while True:
+            try:
+                text = input("you> ")
+            except EOFError:
+                print(file=sys.stderr)
+                return 0
+            except KeyboardInterrupt:
+                print(file=sys.stderr)
+                continue
+            if not text.strip():
+                continue
+            messages.append({"role": "user", "content": text})
+            reply: list[str] = []
+            try:
+                for piece in engine.stream_chat(messages, max_tokens=args.max_tokens,
+                                                temperature=args.temperature, enable_thinking=args.think):
+                    reply.append(piece)
+                    sys.stdout.write(piece)
+                    sys.stdout.flush()
+            except KeyboardInterrupt:
+                sys.stdout.write(" [stopped]")
+            sys.stdout.write("\n")
+            messages.append({"role": "assistant", "content": "".join(reply)})
+    finally:
+        engine.close()
 
 
 def _generate(args: argparse.Namespace) -> int:
-    overrides = {"thread_num": args.threads} if args.threads else {}
-    prompt = args.prompt if args.raw else [{"role": "user", "content": args.prompt}]
-    with Llm(args.model, **overrides) as llm:
+    prompt: Any = args.prompt if args.raw else [{"role": "user", "content": args.prompt}]
+    store = ModelStore()
+    _, path = store.resolve(args.model)
+    with Llm(path, thread_num=args.threads) as llm:
         try:
             for piece in llm.stream(prompt, max_tokens=args.max_tokens, temperature=args.temperature,
                                     seed=args.seed, enable_thinking=args.think):
@@ -26,34 +191,91 @@ def _generate(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         result = llm.last_result
     if result is not None and args.stats:
-        stats = {
+        print(json.dumps({
             "finish_reason": result.finish_reason,
             "prompt_tokens": result.prompt_tokens,
             "completion_tokens": result.completion_tokens,
             "time_to_first_token_ms": round(result.time_to_first_token_ms, 1),
             "prefill_tokens_per_second": round(result.prefill_tokens_per_second, 1),
             "decode_tokens_per_second": round(result.decode_tokens_per_second, 1),
-        }
-        print(json.dumps(stats), file=sys.stderr)
+        }), file=sys.stderr)
     return 0
+
+
+# ---------------------------------------------------------------- parser
+def _add_load_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", choices=BACKENDS, default="cpu")
+    parser.add_argument("--threads", type=int, default=4, help="1..8 (default 4)")
+    parser.add_argument("--mmap", action="store_true", help="memory-map the weights (cache in the store)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="low")
+
+
+def _add_sampling(parser: argparse.ArgumentParser, max_tokens: int) -> None:
+    parser.add_argument("--max-tokens", type=int, default=max_tokens)
+    parser.add_argument("--temperature", type=float, default=None, help="default: the model's own")
+    parser.add_argument("--think", action=argparse.BooleanOptionalAction, default=None,
+                        help="turn a thinking model's reasoning on or off")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mnn_engine", description="Run MNN language models.")
     parser.add_argument("--version", action="version", version=f"mnn-engine {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    gen = commands.add_parser("generate", help="answer one prompt, streaming the reply")
-    gen.add_argument("model", help="model directory or its config.json")
-    gen.add_argument("prompt")
-    gen.add_argument("--raw", action="store_true", help="use the prompt as is, without the chat template")
-    gen.add_argument("--max-tokens", type=int, default=256)
-    gen.add_argument("--temperature", type=float, default=None, help="default: the model's own")
-    gen.add_argument("--seed", type=int, default=None)
-    gen.add_argument("--threads", type=int, default=None)
-    gen.add_argument("--think", action=argparse.BooleanOptionalAction, default=None,
-                     help="turn a thinking model's reasoning on or off")
-    gen.add_argument("--stats", action="store_true", help="print timing figures to stderr")
-    gen.set_defaults(func=_generate)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    models = commands.add_parser("models", help="manage the model store").add_subparsers(
+        dest="models_command", required=True, metavar="ACTION")
+    p = models.add_parser("import", help="copy a model directory into the store")
+    p.add_argument("path")
+    p.add_argument("--id", help="model ID (default: the directory name, slugged)")
+    p.add_argument("--replace", action="store_true", help="replace a model with the same ID")
+    p.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_models_import)
+    p = models.add_parser("list", help="list the models")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_models_list)
+    p = models.add_parser("info", help="show one model")
+    p.add_argument("id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_models_info)
+    p = models.add_parser("rename", help="change a model's ID")
+    p.add_argument("old")
+    p.add_argument("new")
+    p.set_defaults(func=_models_rename)
+    p = models.add_parser("rm", help="delete a model")
+    p.add_argument("id")
+    p.set_defaults(func=_models_rm)
+
+    cache = commands.add_parser("cache", help="mmap and GPU caches").add_subparsers(
+        dest="cache_command", required=True, metavar="ACTION")
+    p = cache.add_parser("show", help="cache sizes")
+    p.add_argument("id", nargs="?")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cache_show)
+    p = cache.add_parser("clear", help="delete caches (the next load rebuilds them)")
+    p.add_argument("id", nargs="?")
+    p.set_defaults(func=_cache_clear)
+
+    p = commands.add_parser("backends", help="which backends are compiled in and available")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_backends)
+
+    p = commands.add_parser("chat", help="chat with a model in the terminal")
+    p.add_argument("model", help="a store ID or a model directory")
+    p.add_argument("--system", help="a system prompt")
+    _add_load_options(p)
+    _add_sampling(p, max_tokens=1024)
+    p.set_defaults(func=_chat)
+
+    p = commands.add_parser("generate", help="answer one prompt, streaming the reply")
+    p.add_argument("model", help="a store ID or a model directory")
+    p.add_argument("prompt")
+    p.add_argument("--raw", action="store_true", help="use the prompt as is, without the chat template")
+    p.add_argument("--threads", type=int, default=4)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stats", action="store_true", help="print timing figures to stderr")
+    _add_sampling(p, max_tokens=256)
+    p.set_defaults(func=_generate)
     return parser
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from . import _mnn
 from .errors import MnnEngineError, invalid
-from .model_files import check_model_files, read_config, resolve_config_path
+from .model_files import resolve_config_path, validate_model_dir
 from .native_output import captured_native_output
 from .sampling import GenerationConfig
 
@@ -107,8 +107,7 @@ class Llm:
     def __init__(self, model: str | os.PathLike[str], **config_overrides: Any) -> None:
         self.config_path = resolve_config_path(model)
         self.model_dir = self.config_path.parent
-        self.file_config = read_config(self.config_path)
-        check_model_files(self.config_path, dict(self.file_config))
+        self.file_config = validate_model_dir(self.config_path)
         try:
             json.dumps(config_overrides)
         except (TypeError, ValueError) as exc:
@@ -395,6 +394,10 @@ class Llm:
         if result.finish_reason == "error":
             log.error("generation failed: %s", result.error)
         return result
+
+    def _inject_failure(self, after_tokens: int) -> None:
+        """Test hook: the next generation fails inside the loop after this many tokens."""
+        self._require().inject_failure(after_tokens)
 
     # ------------------------------------------------------------------ baseline
     def mnn_response(self, token_ids: Sequence[int], max_new_tokens: int) -> dict[str, Any]:

@@ -1,7 +1,10 @@
-"""Reading an MNN model directory: its config and the files it refers to.
+"""Reading and validating an MNN model directory.
 
-MNN itself does not notice a truncated weight file (it loads and produces
-garbage), so before a load we compare the weight file's size with the extent
+A model is a directory with a root ``config.json`` naming its files. Before a
+model is imported or loaded every file it names must be a relative path that
+stays inside the directory (no ``..``, no absolute path, no symlink leading
+out) and exist. MNN itself does not notice a truncated weight file (it loads
+and produces garbage), so the weight file's size is compared with the extent
 of the weights the graph refers to.
 """
 
@@ -11,23 +14,32 @@ import json
 import os
 import re
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .errors import MnnEngineError
 from .native_output import captured_native_output
 
 CONFIG_NAME = "config.json"
+MARKET_CONFIG_NAME = "market_config.json"
 
-#: config keys naming files, with MNN's default file names
-FILE_KEYS: dict[str, str | None] = {
-    "llm_model": None,
-    "llm_weight": None,
-    "llm_config": "llm_config.json",
-    "tokenizer_file": "tokenizer.txt",
+# config keys naming files: (MNN's default name, required when not named)
+FILE_KEYS: dict[str, tuple[str | None, bool]] = {
+    "llm_model": (None, True),
+    "llm_weight": (None, True),  # default: llm_model + ".weight"
+    "llm_config": ("llm_config.json", False),
+    "tokenizer_file": ("tokenizer.txt", True),
+    "embedding_file": ("embeddings_bf16.bin", False),
+    "context_file": (None, False),
 }
+VISUAL_KEYS = {"visual_model": "visual.mnn"}
+AUDIO_KEYS = {"audio_model": "audio.mnn"}
 
 _EXTERNAL = re.compile(rb'"external"\s*:\s*\[([^\]]*)\]')
+
+
+def _bad(message: str, param: str) -> MnnEngineError:
+    return MnnEngineError("invalid_model", message, param=param)
 
 
 def resolve_config_path(model: str | os.PathLike[str]) -> Path:
@@ -43,19 +55,40 @@ def resolve_config_path(model: str | os.PathLike[str]) -> Path:
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MnnEngineError("invalid_model", f"{path.name} is not readable JSON: {exc}", param=path.name) from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise _bad(f"{path.name} is not readable JSON: {exc}", path.name) from exc
     if not isinstance(data, dict):
-        raise MnnEngineError("invalid_model", f"{path.name} must hold a JSON object", param=path.name)
+        raise _bad(f"{path.name} must hold a JSON object", path.name)
     return data
+
+
+def _inside(root: Path, name: Any, key: str) -> Path:
+    """The file ``name`` (from config key ``key``) under ``root``, refusing
+    anything that could point outside the model directory."""
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise _bad(f"{CONFIG_NAME}: '{key}' must be a non-empty file name", key)
+    pure = PurePosixPath(name.replace("\\", "/"))
+    if pure.is_absolute() or os.path.isabs(name):
+        raise _bad(f"{CONFIG_NAME}: '{key}' is an absolute path ({name!r}); it must be relative", key)
+    if ".." in pure.parts:
+        raise _bad(f"{CONFIG_NAME}: '{key}' leaves the model directory ({name!r})", key)
+    path = root.joinpath(*pure.parts)
+    real_root = root.resolve()
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError) as exc:  # symlink loops
+        raise _bad(f"{key} file {name!r} cannot be resolved: {exc}", key) from exc
+    if real != real_root and real_root not in real.parents:
+        raise _bad(f"{key} file {name!r} is a link that leads outside the model directory", key)
+    return path
 
 
 def read_config(config_path: Path) -> dict[str, Any]:
     """config.json merged over its llm_config.json (as MNN merges them)."""
     config = _read_json(config_path)
-    llm_config_name = config.get("llm_config", FILE_KEYS["llm_config"])
-    if isinstance(llm_config_name, str):
-        llm_config_path = config_path.parent / llm_config_name
+    llm_config_name = config.get("llm_config", FILE_KEYS["llm_config"][0])
+    if isinstance(llm_config_name, str) and llm_config_name:
+        llm_config_path = _inside(config_path.parent, llm_config_name, "llm_config")
         if llm_config_path.is_file():
             merged = _read_json(llm_config_path)
             merged.update(config)
@@ -63,38 +96,51 @@ def read_config(config_path: Path) -> dict[str, Any]:
     return config
 
 
-def model_file(config_path: Path, config: dict[str, Any], key: str) -> Path | None:
-    """Path of the file the config names under ``key`` (or its default)."""
-    name = config.get(key, FILE_KEYS.get(key))
-    if name is None:
-        return None
-    if not isinstance(name, str) or not name:
-        raise MnnEngineError("invalid_model", f"{CONFIG_NAME}: '{key}' must be a file name", param=key)
+def model_files(config_path: Path, config: dict[str, Any]) -> dict[str, Path]:
+    """Every file the config refers to, by config key, validated (see module doc)."""
+    root = config_path.parent
     base = config.get("base_dir")
-    root = config_path.parent / base if isinstance(base, str) else config_path.parent
-    return root / name
+    if base not in (None, "", "."):
+        root = _inside(root, base, "base_dir")
+    llm_model = config.get("llm_model")
+    if not isinstance(llm_model, str) or not llm_model.strip():
+        raise _bad(f"{config_path}: 'llm_model' is missing or empty", "llm_model")
+    keys = dict(FILE_KEYS)
+    if config.get("is_visual"):
+        keys.update({k: (v, True) for k, v in VISUAL_KEYS.items()})
+    if config.get("is_audio"):
+        keys.update({k: (v, True) for k, v in AUDIO_KEYS.items()})
+    files: dict[str, Path] = {}
+    for key, (default, required) in keys.items():
+        named = key in config
+        name = config.get(key, default)
+        if key == "llm_weight" and not named:
+            name = llm_model + ".weight"
+        if name is None:
+            continue
+        path = _inside(root, name, key)
+        if path.is_file():
+            files[key] = path
+        elif named or required:
+            raise _bad(f"{key} file {name!r} does not exist in {config_path.parent}", key)
+    return files
 
 
-def check_model_files(config_path: Path, config: dict[str, Any]) -> None:
-    """Raise ``invalid_model`` naming the first missing or truncated file."""
-    if not isinstance(config.get("llm_model"), str) or not config["llm_model"]:
-        raise MnnEngineError("invalid_model", f"{config_path}: 'llm_model' is missing or empty", param="llm_model")
-    config.setdefault("llm_weight", config["llm_model"] + ".weight")
-    for key in ("llm_model", "llm_weight", "tokenizer_file"):
-        path = model_file(config_path, config, key)
-        if path is not None and not path.is_file():
-            raise MnnEngineError("invalid_model", f"{key} file {path} does not exist", param=key)
-    graph = model_file(config_path, config, "llm_model")
-    weight = model_file(config_path, config, "llm_weight")
-    assert graph is not None and weight is not None
-    needed = required_weight_bytes(graph)
-    actual = weight.stat().st_size
-    if needed is not None and actual < needed:
-        raise MnnEngineError(
-            "invalid_model",
-            f"weight file {weight} is truncated: {actual} bytes, the graph needs {needed}",
-            param="llm_weight",
-        )
+def validate_model_dir(model: str | os.PathLike[str], *, check_weights: bool = True) -> dict[str, Any]:
+    """Validate a model directory; returns its merged config. Raises
+    ``model_not_found`` or ``invalid_model`` naming the offending file."""
+    config_path = resolve_config_path(model)
+    config = read_config(config_path)
+    files = model_files(config_path, config)
+    if check_weights:
+        needed = required_weight_bytes(files["llm_model"])
+        actual = files["llm_weight"].stat().st_size
+        if needed is not None and actual < needed:
+            raise _bad(
+                f"weight file {files['llm_weight']} is truncated: {actual} bytes, the graph needs {needed}",
+                "llm_weight",
+            )
+    return config
 
 
 def required_weight_bytes(graph: Path) -> int | None:
@@ -108,11 +154,9 @@ def required_weight_bytes(graph: Path) -> int | None:
     with tempfile.TemporaryDirectory(prefix="mnn-engine-graph-") as tmp:
         dump = Path(tmp) / "graph.json"
         with captured_native_output():
-            ok = _tools.mnnconvert(
-                ["mnnconvert", "-f", "MNN", "--modelFile", str(graph), "--JsonFile", str(dump)]
-            )
+            ok = _tools.mnnconvert(["mnnconvert", "-f", "MNN", "--modelFile", str(graph), "--JsonFile", str(dump)])
         if not ok or not dump.is_file():
-            raise MnnEngineError("invalid_model", f"{graph} is not a readable MNN graph", param="llm_model")
+            raise _bad(f"{graph} is not a readable MNN graph", "llm_model")
         text = dump.read_bytes()
     extent = 0
     for match in _EXTERNAL.finditer(text):
@@ -120,3 +164,19 @@ def required_weight_bytes(graph: Path) -> int | None:
         if numbers:
             extent = max(extent, numbers[0] + sum(numbers[1:]))
     return extent
+
+
+def display_name(model_dir: Path, fallback: str) -> str:
+    """The human name from market_config.json (optional metadata), else ``fallback``."""
+    path = model_dir / MARKET_CONFIG_NAME
+    if not path.is_file():
+        return fallback
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return fallback
+    if isinstance(data, dict):
+        for key in ("modelName", "model_name", "name", "displayName"):
+            if isinstance(data.get(key), str) and data[key].strip():
+                return data[key].strip()
+    return fallback

@@ -341,6 +341,7 @@ cdef class LlmCore:
     cdef atomic[int] _cancel
     # text of tokens MNN's tokenizer decodes to nothing (e.g. <think>)
     cdef unordered_map[int, string] _token_text
+    cdef int _fail_after  # test hook: fail the next generation after N tokens
     cdef readonly str config_path
 
     def __cinit__(self, str config_path):
@@ -350,6 +351,7 @@ cdef class LlmCore:
             self._llm = Llm.createLLM(path)
         self._loaded = False
         self._cancel.store(0)
+        self._fail_after = -1
 
     def __dealloc__(self):
         self._destroy()
@@ -462,6 +464,11 @@ cdef class LlmCore:
     def clear_cancel(self) -> None:
         self._cancel.store(0)
 
+    def inject_failure(self, int after_tokens) -> None:
+        """Test hook: make the next generation fail after this many tokens,
+        the way an engine failure inside the loop does."""
+        self._fail_after = after_tokens
+
     def vocab_size(self) -> int:
         """Size of the logits vector, found by one short forward (also a warm-up)."""
         cdef Llm* llm = self._require()
@@ -509,6 +516,8 @@ cdef class LlmCore:
         loop.ignore_eos = ignore_eos
         loop.cancel_flag = &self._cancel
         loop.token_text = &self._token_text
+        loop.fail_after = self._fail_after
+        self._fail_after = -1
         with nogil:
             loop.run(prompt)
         if loop.error is not None:
@@ -551,6 +560,7 @@ cdef class _Loop:
     cdef cbool ignore_eos
     cdef atomic[int]* cancel_flag
     cdef unordered_map[int, string]* token_text
+    cdef int fail_after
     # outputs
     cdef vector[int] tokens
     cdef vector[float] logprobs
@@ -613,6 +623,9 @@ cdef class _Loop:
             piece = decode_token(self.llm, self.token_text, token)
             if self.emit(piece):
                 break
+            if self.fail_after >= 0 and <int>self.tokens.size() >= self.fail_after:
+                self.fail(b"injected failure (test hook)")
+                return
             if self.max_tokens >= 0 and <int>self.tokens.size() >= self.max_tokens:
                 self.finish = F_LENGTH
                 break

@@ -1,0 +1,359 @@
+"""The engine: one active model, one generation at a time, the runtime rules.
+
+Rules (each violation is an ``MnnEngineError`` with the code shown):
+
+- one active model; loading another replaces it (``server_running`` while the
+  server runs);
+- one generation at a time (``busy``);
+- the server needs a loaded model (``model_not_loaded``);
+- the server must be stopped before the active model is unloaded, deleted or
+  replaced (``server_running``);
+- a generation failure unloads the model and clears the active model (recover:
+  stop the server, load, start the server); finishing, hitting the length limit
+  and cancelling keep it loaded;
+- shutdown: stop the server, then unload.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import MnnEngineError, invalid
+from .llm import GenerationResult, Llm, Prompt
+from .models import ModelStore
+from .state import EventStream, LogBuffer
+
+log = logging.getLogger("mnn_engine.engine")
+
+BACKENDS = ("cpu", "opencl", "vulkan", "hexagon")
+PRECISIONS = ("low", "high")
+MAX_THREADS = 8
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load a model: ``backend`` (cpu, opencl, vulkan; hexagon is
+    experimental), ``use_mmap`` (weights memory-mapped from a cache file in the
+    model's cache directory), ``precision`` (low or high) and ``threads`` (1..8)."""
+
+    backend: str = "cpu"
+    use_mmap: bool = False
+    precision: str = "low"
+    threads: int = 4
+
+    def validate(self) -> LoadOptions:
+        if self.backend not in BACKENDS:
+            raise invalid("backend", f"must be one of {', '.join(BACKENDS)} (got {self.backend!r})")
+        if self.precision not in PRECISIONS:
+            raise invalid("precision", f"must be low or high (got {self.precision!r})")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 1 <= self.threads <= MAX_THREADS:
+            raise invalid("threads", f"must be an integer from 1 to {MAX_THREADS} (got {self.threads!r})")
+        if not isinstance(self.use_mmap, bool):
+            raise invalid("use_mmap", "must be true or false")
+        return self
+
+    def mnn_config(self, cache_dir: Path) -> dict[str, Any]:
+        """The MNN config keys these options set."""
+        return {
+            "backend_type": self.backend,
+            "thread_num": self.threads,
+            "precision": self.precision,
+            "use_mmap": self.use_mmap,
+            "tmp_path": str(cache_dir),
+        }
+
+
+def backend_capabilities() -> dict[str, dict[str, bool]]:
+    """Per backend: ``compiled`` into this build, and ``available`` here.
+
+    The PyPI wheel's engine is CPU-only: OpenCL, Vulkan and Hexagon are not
+    compiled in, so they are never available, whatever the device has."""
+    return {name: {"compiled": name == "cpu", "available": name == "cpu"} for name in BACKENDS}
+
+
+class Engine:
+    """Owns the active model, its generations and (later) the HTTP server.
+
+    Safe to drive from several threads. State is observable three ways:
+    ``snapshot()``, ``events`` (subscribe or ``async for``) and ``logs``.
+    """
+
+    def __init__(self, store: ModelStore | None = None, *, log_capacity: int = 1000) -> None:
+        self.store = store if store is not None else ModelStore()
+        self.store.in_use = self._is_active
+        self.events = EventStream()
+        self.logs = LogBuffer(log_capacity)
+        # _lock orders lifecycle operations (load, unload, server) and may be
+        # held while a generation winds down; _state_lock guards the fields and
+        # is only ever held briefly, so snapshots and callbacks never wait.
+        self._lock = threading.RLock()
+        self._state_lock = threading.Lock()
+        self._llm: Llm | None = None
+        self._model_id: str | None = None
+        self._model_path: Path | None = None
+        self._options: LoadOptions | None = None
+        self._model_state = "unloaded"
+        self._generation_state = "idle"
+        self._generation_started: float | None = None
+        self._server_state = "stopped"
+        self._server_address: str | None = None
+        self._last_error: dict[str, Any] | None = None
+        self._last_result: GenerationResult | None = None
+
+    # ---------------------------------------------------------------- state
+    def _is_active(self, model_id: str) -> bool:
+        return self._llm is not None and self._model_id == model_id
+
+    @property
+    def llm(self) -> Llm:
+        """The loaded model (``model_not_loaded`` if none)."""
+        llm = self._llm
+        if llm is None:
+            raise MnnEngineError("model_not_loaded", "no model is loaded")
+        return llm
+
+    @property
+    def active_model_id(self) -> str | None:
+        return self._model_id if self._llm is not None else None
+
+    def snapshot(self) -> dict[str, Any]:
+        """A consistent picture of the engine's state."""
+        with self._state_lock:
+            model: dict[str, Any] = {"state": self._model_state, "id": None, "path": None, "options": None}
+            if self._model_path is not None:
+                model.update(id=self._model_id, path=str(self._model_path),
+                             options=asdict(self._options) if self._options else None)
+            if self._llm is not None:
+                model["context_limit"] = self._llm.context_limit
+            busy = self._generation_state != "idle"
+            return {
+                "engine": "generating" if busy else ("ready" if self._llm is not None else "idle"),
+                "model": model,
+                "server": {"state": self._server_state, "address": self._server_address},
+                "generation": {"state": self._generation_state, "started": self._generation_started},
+                "last_error": self._last_error,
+            }
+
+    def _update(self, **fields: Any) -> None:
+        with self._state_lock:
+            for name, value in fields.items():
+                setattr(self, f"_{name}", value)
+
+    def _set_model_state(self, state: str, **data: Any) -> None:
+        self._update(model_state=state)
+        self.events.emit("model", state, model_id=self._model_id, **data)
+
+    def _record_error(self, error: MnnEngineError) -> None:
+        self._update(last_error={"code": error.code, "message": error.message, "time": time.time()})
+
+    def backend_capabilities(self) -> dict[str, dict[str, bool]]:
+        return backend_capabilities()
+
+    # ---------------------------------------------------------------- lifecycle
+    def load(self, model: str | os.PathLike[str], options: LoadOptions | None = None,
+             **option_kwargs: Any) -> dict[str, Any]:
+        """Load a model (a store ID or a model directory) as the active model,
+        replacing the current one. Returns the model part of the snapshot."""
+        try:
+            opts = replace(options or LoadOptions(), **option_kwargs).validate()
+        except TypeError as exc:
+            raise invalid("options", str(exc)) from exc
+        caps = backend_capabilities()[opts.backend]
+        if not caps["available"]:
+            state = "not compiled into this build" if not caps["compiled"] else "not usable on this device"
+            raise MnnEngineError("backend_unavailable", f"backend {opts.backend!r} is {state}", param="backend")
+        model_id, path = self.store.resolve(model)
+        with self._lock:
+            if self._server_state != "stopped" and self._llm is not None:
+                raise MnnEngineError("server_running", "stop the server before replacing the active model")
+            if self._llm is not None:
+                self._unload_locked("replaced")
+            cache_dir = self._cache_dir(model_id, path)
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            self._update(model_id=model_id, model_path=path, options=opts)
+            self._set_model_state("loading")
+            try:
+                llm = Llm(path, **opts.mnn_config(cache_dir))
+                llm.load()  # includes the warm-up forward
+            except MnnEngineError as exc:
+                self._record_error(exc)
+                self._update(model_id=None, model_path=None, options=None)
+                self._set_model_state("unloaded", error=exc.code)
+                raise
+            self._update(llm=llm)
+            self._set_model_state("loaded")
+            if model_id is not None:
+                self.store.touch(model_id)
+            log.info("model %s loaded (%s, %d threads)", model_id or path, opts.backend, opts.threads)
+            return self.snapshot()["model"]
+
+    def _cache_dir(self, model_id: str | None, path: Path) -> Path:
+        if model_id is not None:
+            return self.store.cache_path(model_id)
+        digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+        return self.store.cache_dir / f"path-{digest}"
+
+    def unload(self) -> None:
+        """Unload the active model (``server_running`` while the server runs)."""
+        with self._lock:
+            if self._server_state != "stopped":
+                raise MnnEngineError("server_running", "stop the server before unloading the model")
+            if self._llm is None:
+                return
+            self._unload_locked("unloaded")
+
+    def _unload_locked(self, reason: str, **data: Any) -> None:
+        llm = self._llm
+        self._update(llm=None)  # no new generation can start from here on
+        self._set_model_state("unloading", reason=reason)
+        if llm is not None:
+            llm.close()  # cancels a running generation and waits for it
+        self._set_model_state("unloaded", reason=reason, **data)
+        self._update(model_id=None, model_path=None, options=None)
+
+    def close(self) -> None:
+        """Shut down in order: stop the server, then unload."""
+        if self._server_state != "stopped":
+            self.stop_server()
+        with self._lock:
+            if self._llm is not None:
+                self._unload_locked("closed")
+        self.logs.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- generation
+    def _begin_generation(self) -> Llm:
+        with self._state_lock:
+            llm = self._llm
+            if llm is None:
+                raise MnnEngineError("model_not_loaded", "no model is loaded")
+            if self._generation_state != "idle":
+                raise MnnEngineError("busy", "a generation is already running")
+            self._generation_state = "running"
+            self._generation_started = time.time()
+            model_id = self._model_id
+        self.events.emit("generation", "running", model_id=model_id)
+        return llm
+
+    def _end_generation(self, llm: Llm, result: GenerationResult | None, error: BaseException | None) -> None:
+        with self._state_lock:
+            self._generation_state = "idle"
+            self._generation_started = None
+            if result is not None:
+                self._last_result = result
+            model_id = self._model_id
+        failed = result is not None and result.finish_reason == "error"
+        state = "failed" if failed else (result.finish_reason if result is not None else "aborted")
+        data: dict[str, Any] = {"model_id": model_id}
+        if result is not None:
+            data["usage"] = result.usage
+        if error is not None and not isinstance(error, MnnEngineError):
+            data["error"] = type(error).__name__
+        self.events.emit("generation", state, **data)
+        if failed:
+            with self._lock:
+                if self._llm is llm:
+                    exc = MnnEngineError("generation_failed", f"generation failed: {result.error}; model unloaded")
+                    self._record_error(exc)
+                    log.error("generation failed (%s); unloading %s", result.error, model_id)
+                    self._unload_locked("generation_failed")
+
+    def _checked(self, result: GenerationResult) -> GenerationResult:
+        if result.finish_reason == "error":
+            raise MnnEngineError("generation_failed",
+                                 f"generation failed: {result.error}; the model was unloaded (load it again)")
+        return result
+
+    def generate(self, prompt: Prompt, callback: Callable[[str], Any] | None = None,
+                 **sampling: Any) -> GenerationResult:
+        """One generation on the active model (see ``Llm.generate``)."""
+        llm = self._begin_generation()
+        result = error = None
+        try:
+            result = llm.generate(prompt, callback, **sampling)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self._end_generation(llm, result, error)
+        return self._checked(result)
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], **sampling: Any) -> GenerationResult:
+        """Answer chat messages; returns the whole result."""
+        return self.generate(list(messages), **sampling)
+
+    def stream_chat(self, messages: Sequence[Mapping[str, Any]], **sampling: Any) -> Iterator[str]:
+        """Answer chat messages piece by piece (Ctrl-C or closing it cancels)."""
+        llm = self._begin_generation()
+        error: BaseException | None = None
+        try:
+            yield from llm.stream(list(messages), **sampling)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self._end_generation(llm, llm.last_result, error)
+        if llm.last_result is not None:
+            self._checked(llm.last_result)
+
+    async def astream_chat(self, messages: Sequence[Mapping[str, Any]], **sampling: Any) -> AsyncIterator[str]:
+        """``stream_chat`` for asyncio."""
+        llm = self._begin_generation()
+        error: BaseException | None = None
+        try:
+            async for piece in llm.astream(list(messages), **sampling):
+                yield piece
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self._end_generation(llm, llm.last_result, error)
+        if llm.last_result is not None:
+            self._checked(llm.last_result)
+
+    def cancel_generation(self) -> None:
+        """Stop the running generation before its next token (any thread)."""
+        llm = self._llm
+        if llm is not None:
+            llm.cancel()
+
+    @property
+    def last_result(self) -> GenerationResult | None:
+        return self._last_result
+
+    # ---------------------------------------------------------------- server state
+    def _server_transition(self, state: str, address: str | None = None) -> None:
+        self._update(server_state=state, server_address=address)
+        self.events.emit("server", state, address=address)
+
+    def start_server(self, **kwargs: Any) -> str:
+        """Serve the active model over HTTP on a background thread; returns its URL."""
+        from .server.runner import start_background_server
+
+        return start_background_server(self, **kwargs)
+
+    def stop_server(self) -> None:
+        """Stop the server (cancelling the active generation)."""
+        from .server.runner import stop_background_server
+
+        stop_background_server(self)
+
+    def require_model_for_server(self) -> None:
+        with self._lock:
+            if self._llm is None:
+                raise MnnEngineError("model_not_loaded", "load a model before starting the server")
+            if self._server_state != "stopped":
+                raise MnnEngineError("server_running", f"the server is already {self._server_state}")

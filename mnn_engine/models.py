@@ -1,0 +1,321 @@
+"""The model store: import, list, rename and delete models, and their caches.
+
+Layout under the store root (``$MNN_ENGINE_HOME``, else
+``$XDG_DATA_HOME/mnn-engine``, else ``~/.local/share/mnn-engine``)::
+
+    models/<id>/          one complete MNN model directory per model ID
+    models/.import-*      an import in progress (never listed; removed when stale)
+    cache/<id>/           MNN's tmp_path for that model (mmap and GPU caches)
+
+An import validates the source, copies it into a hidden directory inside the
+store and renames it into place, so a crash or kill mid-copy never leaves a
+model that lists or loads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import MnnEngineError
+from .model_files import CONFIG_NAME, display_name, read_config, resolve_config_path, validate_model_dir
+
+MAX_ID_LENGTH = 96
+_IMPORT_PREFIX = ".import-"
+_TRASH_PREFIX = ".trash-"
+
+#: progress(copied_bytes, total_bytes, current_file)
+ProgressCallback = Callable[[int, int, str], None]
+
+
+def store_root() -> Path:
+    """Where the store lives (see the module doc)."""
+    home = os.environ.get("MNN_ENGINE_HOME")
+    if home:
+        return Path(home).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
+    return base / "mnn-engine"
+
+
+def model_id_from_name(name: str) -> str:
+    """Slug a directory name into a model ID: lowercase ``[a-z0-9-]``, runs of
+    anything else collapsed to one ``-`` (``Qwen3-0.6B-MNN`` -> ``qwen3-0-6b-mnn``)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    if not slug:
+        raise MnnEngineError("invalid_argument", f"{name!r} gives an empty model ID", param="model_id")
+    if len(slug) > MAX_ID_LENGTH:
+        raise MnnEngineError("invalid_argument", f"model ID is longer than {MAX_ID_LENGTH} characters",
+                             param="model_id")
+    return slug
+
+
+def check_model_id(model_id: str) -> str:
+    """Accept only IDs that are already in slug form."""
+    if not isinstance(model_id, str) or model_id_from_name(model_id) != model_id:
+        raise MnnEngineError("invalid_argument", f"{model_id!r} is not a model ID ([a-z0-9-])", param="model_id")
+    return model_id
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A model in the store."""
+
+    id: str
+    name: str
+    path: str
+    size_bytes: int
+    files: tuple[str, ...]
+    is_visual: bool
+    created: float
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["files"] = list(self.files)
+        return data
+
+
+def _tree_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def _dir_size(root: Path) -> int:
+    total = 0
+    for path in root.rglob("*"):
+        with contextlib.suppress(OSError):
+            if path.is_file() and not path.is_symlink():
+                total += path.stat().st_size
+    return total
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class ModelStore:
+    """Models on disk. ``in_use(model_id)`` (set by the engine) tells which
+    model is loaded: such a model cannot be renamed, deleted, replaced or have
+    its cache cleared."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+        self.root = Path(root).expanduser() if root is not None else store_root()
+        self.models_dir = self.root / "models"
+        self.cache_dir = self.root / "cache"
+        self.in_use: Callable[[str], bool] = lambda _model_id: False
+
+    # ---------------------------------------------------------------- queries
+    def path(self, model_id: str) -> Path:
+        return self.models_dir / check_model_id(model_id)
+
+    def cache_path(self, model_id: str) -> Path:
+        return self.cache_dir / check_model_id(model_id)
+
+    def exists(self, model_id: str) -> bool:
+        return (self.path(model_id) / CONFIG_NAME).is_file()
+
+    def get(self, model_id: str) -> ModelInfo:
+        path = self.path(model_id)
+        if not (path / CONFIG_NAME).is_file():
+            raise MnnEngineError("model_not_found", f"no model {model_id!r} in {self.models_dir}", param="model")
+        return self._info(model_id, path)
+
+    def _info(self, model_id: str, path: Path) -> ModelInfo:
+        files = _tree_files(path)
+        try:
+            is_visual = bool(read_config(path / CONFIG_NAME).get("is_visual", False))
+        except MnnEngineError:
+            is_visual = False
+        return ModelInfo(
+            id=model_id,
+            name=display_name(path, model_id),
+            path=str(path),
+            size_bytes=sum(f.stat().st_size for f in files),
+            files=tuple(str(f.relative_to(path)) for f in files),
+            is_visual=is_visual,
+            created=path.stat().st_mtime,
+        )
+
+    def list(self) -> list[ModelInfo]:
+        """Every complete model, by ID."""
+        if not self.models_dir.is_dir():
+            return []
+        self._remove_stale_imports()
+        out = []
+        for path in sorted(self.models_dir.iterdir()):
+            if path.name.startswith(".") or not (path / CONFIG_NAME).is_file():
+                continue
+            with contextlib.suppress(MnnEngineError, OSError):
+                out.append(self._info(path.name, path))
+        return out
+
+    def resolve(self, model: str | os.PathLike[str]) -> tuple[str | None, Path]:
+        """A store ID or a model directory/config path -> (ID or None, directory)."""
+        text = os.fspath(model)
+        if isinstance(model, str) and "/" not in text and text not in (".", ".."):
+            with contextlib.suppress(MnnEngineError):
+                if self.exists(text):
+                    return text, self.path(text)
+        path = resolve_config_path(text).parent
+        with contextlib.suppress(ValueError):
+            relative = path.resolve().relative_to(self.models_dir.resolve())
+            if len(relative.parts) == 1:
+                return relative.parts[0], path
+        return None, path
+
+    # ---------------------------------------------------------------- changes
+    def _refuse_in_use(self, model_id: str, action: str) -> None:
+        if self.in_use(model_id):
+            raise MnnEngineError("model_in_use", f"cannot {action} {model_id!r}: it is loaded; unload it first",
+                                 param="model")
+
+    def import_model(
+        self,
+        source: str | os.PathLike[str],
+        *,
+        model_id: str | None = None,
+        replace: bool = False,
+        progress: ProgressCallback | None = None,
+    ) -> ModelInfo:
+        """Validate ``source`` (a model directory or its config.json) and copy it
+        into the store under ``model_id`` (default: its directory name, slugged)."""
+        config_path = resolve_config_path(source)
+        src = config_path.parent
+        validate_model_dir(src)
+        new_id = check_model_id(model_id) if model_id is not None else model_id_from_name(src.resolve().name)
+        final = self.models_dir / new_id
+        if (final / CONFIG_NAME).is_file():
+            if not replace:
+                raise MnnEngineError("model_exists", f"a model {new_id!r} is already in the store", param="model_id")
+            self._refuse_in_use(new_id, "replace")
+        if final.exists() and src.resolve() == final.resolve():
+            raise MnnEngineError("invalid_argument", "the source is the stored model itself", param="source")
+        self.models_dir.mkdir(parents=True, exist_ok=True)
+        self._remove_stale_imports()
+        staging = self.models_dir / f"{_IMPORT_PREFIX}{new_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            self._copy_tree(src, staging, progress)
+            validate_model_dir(staging, check_weights=False)
+            if final.exists():
+                trash = self.models_dir / f"{_TRASH_PREFIX}{new_id}-{uuid.uuid4().hex[:8]}"
+                final.rename(trash)
+                staging.rename(final)
+                shutil.rmtree(trash, ignore_errors=True)
+                shutil.rmtree(self.cache_dir / new_id, ignore_errors=True)
+            else:
+                staging.rename(final)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+        return self._info(new_id, final)
+
+    @staticmethod
+    def _copy_tree(src: Path, dst: Path, progress: ProgressCallback | None) -> None:
+        real_src = src.resolve()
+        files = []
+        for path in _tree_files(src):
+            real = path.resolve()
+            if real_src not in real.parents:
+                raise MnnEngineError("invalid_model", f"{path.relative_to(src)} links outside the model directory",
+                                     param=str(path.relative_to(src)))
+            files.append(path)
+        total = sum(p.stat().st_size for p in files)
+        copied = 0
+        dst.mkdir(parents=True)
+        if progress:
+            progress(0, total, "")
+        for path in files:
+            rel = path.relative_to(src)
+            target = dst / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "rb") as reader, open(target, "wb") as writer:
+                while chunk := reader.read(4 << 20):
+                    writer.write(chunk)
+                    copied += len(chunk)
+                    if progress:
+                        progress(copied, total, str(rel))
+                writer.flush()
+                os.fsync(writer.fileno())
+        if progress:
+            progress(total, total, "")
+
+    def _remove_stale_imports(self) -> None:
+        """Remove the leftovers of imports whose process is gone."""
+        if not self.models_dir.is_dir():
+            return
+        for path in self.models_dir.iterdir():
+            if path.name.startswith(_TRASH_PREFIX):
+                shutil.rmtree(path, ignore_errors=True)
+            elif path.name.startswith(_IMPORT_PREFIX):
+                match = re.search(r"-(\d+)-[0-9a-f]{8}$", path.name)
+                if match is None or not _pid_alive(int(match.group(1))):
+                    shutil.rmtree(path, ignore_errors=True)
+
+    def rename(self, old_id: str, new_id: str) -> ModelInfo:
+        info = self.get(old_id)
+        check_model_id(new_id)
+        self._refuse_in_use(old_id, "rename")
+        if self.exists(new_id):
+            raise MnnEngineError("model_exists", f"a model {new_id!r} is already in the store", param="new_id")
+        target = self.models_dir / new_id
+        Path(info.path).rename(target)
+        old_cache = self.cache_dir / old_id
+        if old_cache.exists():
+            shutil.rmtree(old_cache, ignore_errors=True)
+        return self._info(new_id, target)
+
+    def delete(self, model_id: str) -> None:
+        info = self.get(model_id)
+        self._refuse_in_use(model_id, "delete")
+        trash = self.models_dir / f"{_TRASH_PREFIX}{model_id}-{uuid.uuid4().hex[:8]}"
+        Path(info.path).rename(trash)  # disappears from listings at once
+        shutil.rmtree(trash, ignore_errors=True)
+        shutil.rmtree(self.cache_dir / model_id, ignore_errors=True)
+
+    # ---------------------------------------------------------------- caches
+    def cache_info(self, model_id: str | None = None) -> dict[str, int]:
+        """Cache size in bytes, per model ID (one model, or every model with a cache)."""
+        if model_id is not None:
+            self.get(model_id)
+            return {model_id: _dir_size(self.cache_path(model_id))}
+        if not self.cache_dir.is_dir():
+            return {}
+        return {p.name: _dir_size(p) for p in sorted(self.cache_dir.iterdir()) if p.is_dir()}
+
+    def clear_cache(self, model_id: str | None = None) -> int:
+        """Delete caches (one model's or all); returns the bytes freed. A loaded
+        model's cache is refused; the next load rebuilds it."""
+        targets = [model_id] if model_id is not None else list(self.cache_info())
+        for target in targets:
+            self._refuse_in_use(target, "clear the cache of")
+        freed = 0
+        for target in targets:
+            path = self.cache_path(target)
+            freed += _dir_size(path)
+            shutil.rmtree(path, ignore_errors=True)
+        return freed
+
+    def touch(self, model_id: str) -> None:
+        """Mark a model as the last one loaded (for ``serve`` without MODEL)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "last-model").write_text(f"{model_id}\n{time.time()}\n")
+
+    def last_loaded(self) -> str | None:
+        try:
+            model_id = (self.root / "last-model").read_text().split()[0]
+        except (OSError, IndexError):
+            return None
+        return model_id if self.exists(model_id) else None
