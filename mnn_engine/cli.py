@@ -59,7 +59,7 @@ def _model_line(info: ModelInfo) -> str:
 # ---------------------------------------------------------------- models
 def _models_import(args: argparse.Namespace) -> int:
     store = ModelStore()
-    progress = None if args.json or not sys.stderr.isatty() and not args.progress else _progress_bar()
+    progress = None if args.json or (not sys.stderr.isatty() and not args.progress) else _progress_bar()
     info = store.import_model(args.path, model_id=args.id, replace=args.replace, progress=progress)
     if args.json:
         _print_json(info.to_dict())

@@ -83,13 +83,20 @@ def _inside(root: Path, name: Any, key: str) -> Path:
     return path
 
 
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # e.g. a name too long for the file system
+        return False
+
+
 def read_config(config_path: Path) -> dict[str, Any]:
     """config.json merged over its llm_config.json (as MNN merges them)."""
     config = _read_json(config_path)
     llm_config_name = config.get("llm_config", FILE_KEYS["llm_config"][0])
     if isinstance(llm_config_name, str) and llm_config_name:
         llm_config_path = _inside(config_path.parent, llm_config_name, "llm_config")
-        if llm_config_path.is_file():
+        if _is_file(llm_config_path):
             merged = _read_json(llm_config_path)
             merged.update(config)
             config = merged
@@ -119,7 +126,7 @@ def model_files(config_path: Path, config: dict[str, Any]) -> dict[str, Path]:
         if name is None:
             continue
         path = _inside(root, name, key)
-        if path.is_file():
+        if _is_file(path):
             files[key] = path
         elif named or required:
             raise _bad(f"{key} file {name!r} does not exist in {config_path.parent}", key)
