@@ -1,0 +1,114 @@
+"""The command line, run as a user runs it: `python -m mnn_engine ...`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pexpect
+import pytest
+from support import SCRIPTED_TEXT, test_model_dir
+
+
+@pytest.fixture
+def home(tmp_path):
+    return tmp_path / "home"
+
+
+def cli(home, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, MNN_ENGINE_HOME=str(home))
+    return subprocess.run([sys.executable, "-m", "mnn_engine", *args], input=stdin, capture_output=True,
+                          text=True, env=env, timeout=300, cwd="/")
+
+
+def test_models_lifecycle(home):
+    imported = cli(home, "models", "import", str(test_model_dir("tiny-scripted")), "--id", "scripted", "--json")
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(imported.stdout)["id"] == "scripted"
+
+    human = cli(home, "models", "import", str(test_model_dir("tiny")), "--progress")
+    assert human.returncode == 0 and "imported tiny" in human.stdout
+    assert "importing [" in human.stderr and "100%" in human.stderr
+
+    listed = cli(home, "models", "list", "--json")
+    rows = json.loads(listed.stdout)
+    assert [r["id"] for r in rows] == ["scripted", "tiny"]
+    for row in rows:
+        assert {"id", "name", "size_bytes", "path"} <= set(row) and row["size_bytes"] > 0
+    assert "scripted" in cli(home, "models", "list").stdout
+
+    info = cli(home, "models", "info", "tiny")
+    assert "llm.mnn.weight" in info.stdout and "size" in info.stdout
+    assert cli(home, "models", "rename", "tiny", "tiny-2").returncode == 0
+    assert cli(home, "models", "rm", "tiny-2").returncode == 0
+    assert [r["id"] for r in json.loads(cli(home, "models", "list", "--json").stdout)] == ["scripted"]
+
+
+@pytest.mark.parametrize(("args", "code"), [
+    (["models", "info", "missing"], "model_not_found"),
+    (["models", "rm", "missing"], "model_not_found"),
+    (["models", "import", "/definitely/not/here"], "model_not_found"),
+    (["models", "rename", "missing", "x"], "model_not_found"),
+    (["cache", "show", "missing"], "model_not_found"),
+    (["chat", "missing"], "model_not_found"),
+    (["chat", "missing", "--threads", "12"], "invalid_argument"),
+])
+def test_errors_exit_non_zero_with_the_code(home, args, code):
+    result = cli(home, *args)
+    assert result.returncode == 2
+    assert f"[{code}]" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_duplicate_import_is_model_exists(home):
+    assert cli(home, "models", "import", str(test_model_dir("tiny"))).returncode == 0
+    again = cli(home, "models", "import", str(test_model_dir("tiny")))
+    assert again.returncode == 2 and "[model_exists]" in again.stderr
+    assert cli(home, "models", "import", str(test_model_dir("tiny")), "--replace").returncode == 0
+
+
+def test_cache_and_backends(home):
+    cli(home, "models", "import", str(test_model_dir("tiny")))
+    shown = cli(home, "cache", "show", "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout) == {}
+    assert json.loads(cli(home, "cache", "show", "tiny", "--json").stdout) == {"tiny": 0}
+    assert cli(home, "cache", "clear").stdout.startswith("freed")
+    backends = json.loads(cli(home, "backends", "--json").stdout)
+    assert backends["cpu"] == {"compiled": True, "available": True}
+    assert "not compiled" in cli(home, "backends").stdout
+
+
+def test_generate_streams_an_answer(home):
+    result = cli(home, "generate", str(test_model_dir("tiny-scripted")), "hi", "--temperature", "0", "--stats")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == SCRIPTED_TEXT + "\n"
+    assert json.loads(result.stderr.strip().splitlines()[-1])["finish_reason"] == "stop"
+
+
+def test_chat_reads_until_end_of_input(home):
+    cli(home, "models", "import", str(test_model_dir("tiny-scripted")), "--id", "scripted")
+    result = cli(home, "chat", "scripted", "--threads", "1", "--temperature", "0", stdin="hi\nand again\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count(SCRIPTED_TEXT) == 2
+
+
+def test_interactive_chat_ctrl_c_stops_the_answer_and_ctrl_d_quits(home):
+    cli(home, "models", "import", str(test_model_dir("tiny")), "--id", "tiny")
+    env = dict(os.environ, MNN_ENGINE_HOME=str(home))
+    child = pexpect.spawn(sys.executable, ["-m", "mnn_engine", "chat", "tiny", "--threads", "1",
+                                           "--max-tokens", "100000", "--temperature", "0"],
+                          env=env, encoding="utf-8", timeout=60)
+    try:
+        child.expect_exact("you> ")
+        child.sendline("tell me everything")
+        child.expect(r".{40}")  # the answer is streaming
+        child.sendintr()
+        child.expect_exact("[stopped]")
+        child.expect_exact("you> ")  # still alive, asking again
+        child.sendeof()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
