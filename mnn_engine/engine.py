@@ -16,12 +16,16 @@ Rules (each violation is an ``MnnEngineError`` with the code shown):
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,7 @@ log = logging.getLogger("mnn_engine.engine")
 BACKENDS = ("cpu", "opencl", "vulkan", "hexagon")
 PRECISIONS = ("low", "high")
 MAX_THREADS = 8
+_DONE = object()
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,7 @@ class Engine:
         self._server_address: str | None = None
         self._last_error: dict[str, Any] | None = None
         self._last_result: GenerationResult | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mnn-engine-generation")
 
     # ---------------------------------------------------------------- state
     def _is_active(self, model_id: str) -> bool:
@@ -226,6 +232,7 @@ class Engine:
         with self._lock:
             if self._llm is not None:
                 self._unload_locked("closed")
+        self._executor.shutdown(wait=True)
         self.logs.close()
 
     def __enter__(self) -> Engine:
@@ -271,58 +278,99 @@ class Engine:
                     log.error("generation failed (%s); unloading %s", result.error, model_id)
                     self._unload_locked("generation_failed")
 
-    def _checked(self, result: GenerationResult) -> GenerationResult:
+    @staticmethod
+    def _checked(result: GenerationResult) -> GenerationResult:
         if result.finish_reason == "error":
             raise MnnEngineError("generation_failed",
                                  f"generation failed: {result.error}; the model was unloaded (load it again)")
         return result
 
+    def submit(self, prompt: Prompt, callback: Callable[[str], Any] | None = None,
+               **sampling: Any) -> Future[GenerationResult]:
+        """Start a generation on the engine's generation thread.
+
+        Everything that can be refused is checked here, in the caller's thread
+        (``model_not_loaded``, ``busy``, bad arguments), so a server can answer
+        at once; the returned future holds the result (or the callback's or
+        the engine's exception). ``callback`` runs on the generation thread.
+        """
+        llm = self._begin_generation()
+        try:
+            run = llm._prepare_kwargs(prompt, dict(sampling))
+        except BaseException as exc:
+            self._end_generation(llm, None, exc)
+            raise
+
+        def work() -> GenerationResult:
+            result: GenerationResult | None = None
+            error: BaseException | None = None
+            try:
+                result = llm._run(run, callback)
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                self._end_generation(llm, result, error)
+            return self._checked(result)
+
+        try:
+            return self._executor.submit(work)
+        except RuntimeError as exc:  # executor shut down by close()
+            llm._abandon(run)
+            self._end_generation(llm, None, exc)
+            raise MnnEngineError("model_not_loaded", "the engine is closed") from exc
+
     def generate(self, prompt: Prompt, callback: Callable[[str], Any] | None = None,
                  **sampling: Any) -> GenerationResult:
-        """One generation on the active model (see ``Llm.generate``)."""
-        llm = self._begin_generation()
-        result = error = None
+        """One generation on the active model (see ``Llm.generate``); Ctrl-C
+        while waiting cancels it."""
+        future = self.submit(prompt, callback, **sampling)
         try:
-            result = llm.generate(prompt, callback, **sampling)
-        except BaseException as exc:
-            error = exc
+            return future.result()
+        except KeyboardInterrupt:
+            self.cancel_generation()
+            with contextlib.suppress(BaseException):
+                future.result()
             raise
-        finally:
-            self._end_generation(llm, result, error)
-        return self._checked(result)
 
     def chat(self, messages: Sequence[Mapping[str, Any]], **sampling: Any) -> GenerationResult:
         """Answer chat messages; returns the whole result."""
         return self.generate(list(messages), **sampling)
 
     def stream_chat(self, messages: Sequence[Mapping[str, Any]], **sampling: Any) -> Iterator[str]:
-        """Answer chat messages piece by piece (Ctrl-C or closing it cancels)."""
-        llm = self._begin_generation()
-        error: BaseException | None = None
+        """Answer chat messages piece by piece. Closing the iterator, or Ctrl-C
+        while it waits, cancels the generation (the model stays loaded)."""
+        pieces: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        future = self.submit(list(messages), pieces.put, **sampling)
+        future.add_done_callback(lambda _: pieces.put(_DONE))
         try:
-            yield from llm.stream(list(messages), **sampling)
-        except BaseException as exc:
-            error = exc
-            raise
+            while (item := pieces.get()) is not _DONE:
+                yield item
         finally:
-            self._end_generation(llm, llm.last_result, error)
-        if llm.last_result is not None:
-            self._checked(llm.last_result)
+            if not future.done():
+                self.cancel_generation()
+                with contextlib.suppress(BaseException):
+                    future.result()
+        future.result()
 
     async def astream_chat(self, messages: Sequence[Mapping[str, Any]], **sampling: Any) -> AsyncIterator[str]:
-        """``stream_chat`` for asyncio."""
-        llm = self._begin_generation()
-        error: BaseException | None = None
+        """``stream_chat`` for asyncio: never blocks the event loop."""
+        loop = asyncio.get_running_loop()
+        pieces: asyncio.Queue[Any] = asyncio.Queue()
+
+        def put(piece: Any) -> None:
+            loop.call_soon_threadsafe(pieces.put_nowait, piece)
+
+        future = self.submit(list(messages), put, **sampling)
+        future.add_done_callback(lambda _: put(_DONE))
         try:
-            async for piece in llm.astream(list(messages), **sampling):
-                yield piece
-        except BaseException as exc:
-            error = exc
-            raise
+            while (item := await pieces.get()) is not _DONE:
+                yield item
         finally:
-            self._end_generation(llm, llm.last_result, error)
-        if llm.last_result is not None:
-            self._checked(llm.last_result)
+            if not future.done():
+                self.cancel_generation()
+                await asyncio.wait({asyncio.wrap_future(future)})
+        future.result()
 
     def cancel_generation(self) -> None:
         """Stop the running generation before its next token (any thread)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -115,8 +116,14 @@ class Llm:
         self.config_overrides = dict(config_overrides)
         self._core: _mnn.LlmCore | None = None
         self._finalizer: weakref.finalize | None = None
+        # _state_lock orders load/close; every native call holds a lease on
+        # the core (_users), and close() frees the core only when the last
+        # lease is returned; _generation_lock admits one generation at a time.
         self._generation_lock = threading.Lock()
         self._state_lock = threading.RLock()
+        self._template_lock = threading.Lock()
+        self._users = 0
+        self._users_cond = threading.Condition()
         self._vocab_size = 0
         self._context_limit = _DEFAULT_CONTEXT
         self._sampling_defaults: dict[str, Any] = {}
@@ -160,14 +167,17 @@ class Llm:
                 core.set_token_text(ids[0], markup.encode())
 
     def close(self) -> None:
-        """Free the model. Safe to call twice, and while nothing is loaded."""
+        """Free the model. Safe to call twice, and while nothing is loaded. A
+        running generation is cancelled and finishes its token first. (Not
+        from inside a generation's own callback: that would wait forever.)"""
         with self._state_lock:
-            core, self._core = self._core, None
+            with self._users_cond:
+                core, self._core = self._core, None
             if core is None:
                 return
             core.cancel()
-            with self._generation_lock:  # let a running generation finish its token
-                pass
+            with self._users_cond:
+                self._users_cond.wait_for(lambda: self._users == 0)
             if self._finalizer is not None:
                 self._finalizer()
                 self._finalizer = None
@@ -196,23 +206,42 @@ class Llm:
         """The model's own sampler settings, used for options left unset."""
         return dict(self._sampling_defaults)
 
-    def _require(self) -> _mnn.LlmCore:
-        core = self._core
-        if core is None:
-            raise MnnEngineError("model_not_loaded", f"{self.model_dir.name}: call load() first")
-        return core
+    def _lease(self) -> _mnn.LlmCore:
+        """The core, kept alive until the matching _release()."""
+        with self._users_cond:
+            core = self._core
+            if core is None:
+                raise MnnEngineError("model_not_loaded", f"{self.model_dir.name}: call load() first")
+            self._users += 1
+            return core
+
+    def _release(self) -> None:
+        with self._users_cond:
+            self._users -= 1
+            if self._users == 0:
+                self._users_cond.notify_all()
+
+    @contextlib.contextmanager
+    def _using(self) -> Iterator[_mnn.LlmCore]:
+        core = self._lease()
+        try:
+            yield core
+        finally:
+            self._release()
 
     # ------------------------------------------------------------------ text
     def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text`` (special tokens in the text are recognised)."""
         if not isinstance(text, str):
             raise invalid("text", "must be a string")
-        return self._require().tokenize(text)
+        with self._using() as core:
+            return core.tokenize(text)
 
     def detokenize_bytes(self, token_ids: Sequence[int]) -> bytes:
         """Raw bytes of the tokens (a token may hold part of a UTF-8 character)."""
         ids = self._checked_ids(token_ids, "token_ids")
-        return self._require().detokenize(ids)
+        with self._using() as core:
+            return core.detokenize(ids)
 
     def detokenize(self, token_ids: Sequence[int]) -> str:
         """Text of the tokens; incomplete UTF-8 at the end becomes U+FFFD."""
@@ -230,7 +259,6 @@ class Llm:
         ``enable_thinking`` and ``tools`` go into the template's context (as
         Qwen3-style templates expect); ``None`` keeps the model's default.
         """
-        core = self._require()
         pairs = _message_pairs(messages)
         context = dict(self._template_context)
         # set_config merges, so every key we ever set must be set each time
@@ -242,7 +270,7 @@ class Llm:
         jinja: dict[str, Any] = {"context": context}
         if not add_generation_prompt and self._chat_template:
             jinja["chat_template"] = "{%- set add_generation_prompt = false -%}" + self._chat_template
-        with self._state_lock:
+        with self._using() as core, self._template_lock:
             core.set_config(json.dumps({"jinja": jinja}))
             try:
                 return core.apply_chat_template(pairs)
@@ -364,19 +392,26 @@ class Llm:
     def _prepare(self, prompt: Prompt, config: GenerationConfig | None,
                  enable_thinking: bool | None, tools: Any, sampling: dict[str, Any]) -> _Run:
         """Validate everything and claim the model, so errors (and ``busy``)
-        surface in the caller's thread before any generation starts."""
-        self._require()
-        gen = GenerationConfig.from_kwargs(config, **sampling)
-        ids = self.prompt_ids(prompt, enable_thinking=enable_thinking, tools=tools)
-        params = gen.resolved(self._sampling_defaults, self._vocab_size)
-        if not self._generation_lock.acquire(blocking=False):
-            raise MnnEngineError("busy", "a generation is already running on this model")
-        core = self._core
-        if core is None:
-            self._generation_lock.release()
-            raise MnnEngineError("model_not_loaded", f"{self.model_dir.name} was closed")
+        surface in the caller's thread before any generation starts. The claim
+        (a lease on the core and the generation lock) is returned by _run or
+        _abandon."""
+        core = self._lease()
+        try:
+            gen = GenerationConfig.from_kwargs(config, **sampling)
+            ids = self.prompt_ids(prompt, enable_thinking=enable_thinking, tools=tools)
+            params = gen.resolved(self._sampling_defaults, self._vocab_size)
+            if not self._generation_lock.acquire(blocking=False):
+                raise MnnEngineError("busy", "a generation is already running on this model")
+        except BaseException:
+            self._release()
+            raise
         core.clear_cancel()  # a cancel from now on applies to this generation
         return _Run(core, ids, gen, params, gen.effective_seed())
+
+    def _abandon(self, run: _Run) -> None:
+        """Return the claim of a prepared generation that will not run."""
+        self._generation_lock.release()
+        self._release()
 
     def _run(self, run: _Run, callback: TokenCallback | None) -> GenerationResult:
         """Run a prepared generation; releases the claim taken by _prepare."""
@@ -389,6 +424,7 @@ class Llm:
             )
         finally:
             self._generation_lock.release()
+            self._release()
         result = _result(raw, run.seed)
         self.last_result = result
         if result.finish_reason == "error":
@@ -397,19 +433,21 @@ class Llm:
 
     def _inject_failure(self, after_tokens: int) -> None:
         """Test hook: the next generation fails inside the loop after this many tokens."""
-        self._require().inject_failure(after_tokens)
+        with self._using() as core:
+            core.inject_failure(after_tokens)
 
     # ------------------------------------------------------------------ baseline
     def mnn_response(self, token_ids: Sequence[int], max_new_tokens: int) -> dict[str, Any]:
         """Run MNN's own loop (``Llm::response``) over token ids, with the
         sampler MNN built at load; returns its timings. For benchmarks."""
         ids = self._checked_ids(token_ids, "token_ids")
-        if not self._generation_lock.acquire(blocking=False):
-            raise MnnEngineError("busy", "a generation is already running on this model")
-        try:
-            return self._require().mnn_response(ids, int(max_new_tokens))
-        finally:
-            self._generation_lock.release()
+        with self._using() as core:
+            if not self._generation_lock.acquire(blocking=False):
+                raise MnnEngineError("busy", "a generation is already running on this model")
+            try:
+                return core.mnn_response(ids, int(max_new_tokens))
+            finally:
+                self._generation_lock.release()
 
     def __repr__(self) -> str:
         state = "loaded" if self.is_loaded else "not loaded"

@@ -17,7 +17,9 @@ def test_quickstart_notebook_streams_a_reply(tmp_path, monkeypatch):
     # the kernel spec runs `python`: make it this interpreter
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     notebook = nbformat.read(REPO / "examples" / "quickstart.ipynb", as_version=4)
-    NotebookClient(notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    client = NotebookClient(notebook, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
     texts = []
     for cell in notebook.cells:
         for output in cell.get("outputs", []):
