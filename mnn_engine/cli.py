@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from . import __version__
@@ -202,6 +205,50 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _api_key(args: argparse.Namespace) -> str | None:
+    if args.api_key:
+        return args.api_key
+    if args.api_key_file:
+        try:
+            key = Path(args.api_key_file).expanduser().read_text().strip()
+        except OSError as exc:
+            raise MnnEngineError("invalid_argument", f"cannot read the API key file: {exc}",
+                                 param="api_key_file") from exc
+        if not key:
+            raise MnnEngineError("invalid_argument", "the API key file is empty", param="api_key_file")
+        return key
+    return os.environ.get("MNN_ENGINE_API_KEY") or None
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .server.runner import serve_forever
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    host = "0.0.0.0" if args.all_interfaces else args.host
+    key = _api_key(args)
+    engine = Engine()
+    model = args.model or engine.store.last_loaded()
+    if model is None:
+        raise MnnEngineError("model_not_found", "no MODEL given and no model loaded before: "
+                             "python -m mnn_engine serve MODEL (a store ID or a model directory)")
+    if host not in ("127.0.0.1", "localhost", "::1") and not key:
+        print(f"warning: serving on {host} without an API key: anyone on your network can use the model "
+              "(set --api-key, --api-key-file or MNN_ENGINE_API_KEY)", file=sys.stderr)
+    try:
+        engine.load(model, _load_options(args))
+
+        def ready(url: str) -> None:
+            print(f"mnn-engine: serving {engine.active_model_id or model} at {url} (Ctrl-C stops)",
+                  file=sys.stderr, flush=True)
+
+        serve_forever(engine, host=host, port=args.port, api_key=key,
+                      max_body_bytes=int(args.max_body_mb * 1024 * 1024), allow_file_urls=args.allow_file_urls,
+                      on_ready=ready)
+    finally:
+        engine.close()
+    return 0
+
+
 # ---------------------------------------------------------------- parser
 def _add_load_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=BACKENDS, default="cpu")
@@ -266,6 +313,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_load_options(p)
     _add_sampling(p, max_tokens=1024)
     p.set_defaults(func=_chat)
+
+    p = commands.add_parser("serve", help="serve a model as an OpenAI-compatible HTTP API")
+    p.add_argument("model", nargs="?", help="a store ID or a model directory (default: the last one loaded)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    where.add_argument("--all-interfaces", action="store_true", help="listen on 0.0.0.0 (use an API key)")
+    p.add_argument("--port", type=int, default=8081)
+    keys = p.add_mutually_exclusive_group()
+    keys.add_argument("--api-key", help="require Authorization: Bearer KEY on /v1 routes")
+    keys.add_argument("--api-key-file", help="read the API key from this file")
+    p.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body (default 8 MB)")
+    p.add_argument("--allow-file-urls", action="store_true", help="accept file:// image URLs (local files)")
+    _add_load_options(p)
+    p.set_defaults(func=_serve)
 
     p = commands.add_parser("generate", help="answer one prompt, streaming the reply")
     p.add_argument("model", help="a store ID or a model directory")

@@ -243,6 +243,10 @@ class Llm:
         with self._using() as core:
             return core.detokenize(ids)
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """Raw bytes of one token."""
+        return self.detokenize_bytes([token_id])
+
     def detokenize(self, token_ids: Sequence[int]) -> str:
         """Text of the tokens; incomplete UTF-8 at the end becomes U+FFFD."""
         return self.detokenize_bytes(token_ids).decode("utf-8", "replace")

@@ -1,0 +1,503 @@
+"""Translation between OpenAI's chat completions API and the engine.
+
+In: a request body becomes chat messages for the model's template, sampling
+options, tools and images (``parse_chat_request``). Out: the model's text is
+split into ``reasoning_content`` (``<think>...</think>``), ``content`` and
+``tool_calls`` (Qwen's ``<tool_call>{json}</tool_call>``) as it streams
+(``OutputParser``), and shaped into OpenAI's response and chunk objects.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import math
+import os
+import secrets
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import MnnEngineError
+from .llm import GenerationResult, TokenLogprob
+
+ROLES = {"system", "developer", "user", "assistant", "tool"}
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
+DEFAULT_MAX_IMAGE_BYTES = 10 * 1024 * 1024
+MAX_IMAGES = 8
+_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+                    "repetition_penalty", "seed", "logit_bias")
+
+
+def bad(param: str, message: str) -> MnnEngineError:
+    return MnnEngineError("invalid_argument", message, param=param)
+
+
+@dataclass
+class ChatRequest:
+    """A validated chat completion request, ready for ``Engine.submit``."""
+
+    messages: list[dict[str, str]]
+    sampling: dict[str, Any]
+    stream: bool = False
+    include_usage: bool = False
+    tools: list[dict[str, Any]] | None = None
+    parse_tools: bool = False
+    enable_thinking: bool | None = None
+    logprobs: bool = False
+    images: list[Path] = field(default_factory=list)
+    image_dir: str | None = None
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        return {**self.sampling, "tools": self.tools, "enable_thinking": self.enable_thinking}
+
+    def cleanup(self) -> None:
+        """Remove the decoded images' private directory."""
+        if self.image_dir:
+            for path in Path(self.image_dir).glob("*"):
+                path.unlink(missing_ok=True)
+            os.rmdir(self.image_dir)
+            self.image_dir = None
+
+
+@dataclass(frozen=True)
+class ImagePolicy:
+    """What image inputs a server accepts."""
+
+    model_is_visual: bool = False
+    allow_file_urls: bool = False
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+
+
+# ---------------------------------------------------------------- request
+def parse_chat_request(body: Any, images: ImagePolicy | None = None) -> ChatRequest:
+    """Validate an OpenAI chat completion request body (unknown fields are ignored)."""
+    policy = images or ImagePolicy()
+    if not isinstance(body, Mapping):
+        raise bad("body", "the request body must be a JSON object")
+    request = ChatRequest(messages=[], sampling={})
+    try:
+        _parse_options(body, request)
+        request.messages = _parse_messages(body.get("messages"), policy, request)
+    except BaseException:
+        request.cleanup()
+        raise
+    return request
+
+
+def _flag(body: Mapping[str, Any], name: str) -> bool:
+    value = body.get(name, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise bad(name, f"'{name}' must be true or false")
+    return value
+
+
+def _parse_options(body: Mapping[str, Any], request: ChatRequest) -> None:
+    n = body.get("n", 1)
+    if n not in (1, None):
+        raise bad("n", "only n=1 is supported")
+    max_tokens = None
+    for name in ("max_completion_tokens", "max_tokens", "n_predict"):
+        if body.get(name) is not None:
+            max_tokens = body[name]
+            break
+    if max_tokens is not None:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+            raise bad("max_tokens", "'max_tokens' must be an integer (-1 for no limit)")
+        request.sampling["max_tokens"] = max_tokens
+    for name in _SAMPLING_FIELDS:
+        if body.get(name) is not None:
+            request.sampling[name] = body[name]
+    if body.get("stop") is not None:
+        request.sampling["stop"] = body["stop"]
+    request.stream = _flag(body, "stream")
+    options = body.get("stream_options")
+    if options is not None:
+        if not isinstance(options, Mapping):
+            raise bad("stream_options", "'stream_options' must be an object")
+        request.include_usage = _flag(options, "include_usage")
+    request.logprobs = _flag(body, "logprobs")
+    if request.logprobs:
+        request.sampling["logprobs"] = True
+        if body.get("top_logprobs") is not None:
+            request.sampling["top_logprobs"] = body["top_logprobs"]
+    elif body.get("top_logprobs") not in (None, 0):
+        raise bad("top_logprobs", "'top_logprobs' needs 'logprobs': true")
+    _parse_thinking(body, request)
+    _parse_tools(body, request)
+    fmt = body.get("response_format")
+    if fmt is not None and not (isinstance(fmt, Mapping) and fmt.get("type") == "text"):
+        raise bad("response_format", "only response_format {\"type\": \"text\"} is supported")
+
+
+def _parse_thinking(body: Mapping[str, Any], request: ChatRequest) -> None:
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None:
+        if not isinstance(kwargs, Mapping):
+            raise bad("chat_template_kwargs", "'chat_template_kwargs' must be an object")
+        if "enable_thinking" in kwargs:
+            if not isinstance(kwargs["enable_thinking"], bool):
+                raise bad("chat_template_kwargs", "'enable_thinking' must be true or false")
+            request.enable_thinking = kwargs["enable_thinking"]
+    effort = body.get("reasoning_effort")
+    if effort is not None:
+        if effort not in ("none", "minimal", "low", "medium", "high"):
+            raise bad("reasoning_effort", "'reasoning_effort' must be none, minimal, low, medium or high")
+        if effort == "none":
+            request.enable_thinking = False
+        elif request.enable_thinking is None:
+            request.enable_thinking = True
+
+
+def _parse_tools(body: Mapping[str, Any], request: ChatRequest) -> None:
+    tools = body.get("tools")
+    choice = body.get("tool_choice", "auto")
+    if tools is None:
+        if choice not in ("auto", "none", None):
+            raise bad("tool_choice", "'tool_choice' needs 'tools'")
+        return
+    if not isinstance(tools, list) or not all(isinstance(t, Mapping) for t in tools):
+        raise bad("tools", "'tools' must be a list of objects")
+    for i, tool in enumerate(tools):
+        function = tool.get("function")
+        if tool.get("type", "function") != "function" or not isinstance(function, Mapping):
+            raise bad(f"tools[{i}]", "each tool must be {\"type\": \"function\", \"function\": {...}}")
+        if not isinstance(function.get("name"), str) or not function["name"]:
+            raise bad(f"tools[{i}].function.name", "a function needs a name")
+    names = {t["function"]["name"] for t in tools}
+    if choice in (None, "auto", "required"):
+        pass
+    elif choice == "none":
+        return  # the model is not told about the tools
+    elif isinstance(choice, Mapping) and isinstance(choice.get("function"), Mapping):
+        name = choice["function"].get("name")
+        if name not in names:
+            raise bad("tool_choice", f"tool_choice names {name!r}, which is not in 'tools'")
+        tools = [t for t in tools if t["function"]["name"] == name]
+    else:
+        raise bad("tool_choice", "'tool_choice' must be auto, none, required or {\"type\": \"function\", ...}")
+    request.tools = [dict(t) for t in tools]
+    request.parse_tools = True
+
+
+def _parse_messages(messages: Any, policy: ImagePolicy, request: ChatRequest) -> list[dict[str, str]]:
+    if not isinstance(messages, list) or not messages:
+        raise bad("messages", "'messages' must be a non-empty list")
+    out = []
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, Mapping):
+            raise bad(where, f"{where} must be an object")
+        role = message.get("role")
+        if role not in ROLES:
+            raise bad(f"{where}.role", f"{where}.role must be one of {', '.join(sorted(ROLES))}")
+        content = _content_text(message.get("content"), where, policy, request)
+        if role == "assistant" and message.get("tool_calls"):
+            content += _tool_calls_text(message["tool_calls"], where)
+        elif role == "assistant" and isinstance(message.get("reasoning_content"), str):
+            pass  # earlier reasoning is not sent back to the model
+        out.append({"role": "system" if role == "developer" else role, "content": content})
+    return out
+
+
+def _content_text(content: Any, where: str, policy: ImagePolicy, request: ChatRequest) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad(f"{where}.content", f"{where}.content must be a string or a list of parts")
+    texts = []
+    for j, part in enumerate(content):
+        here = f"{where}.content[{j}]"
+        if not isinstance(part, Mapping):
+            raise bad(here, f"{here} must be an object")
+        kind = part.get("type")
+        if kind == "text":
+            if not isinstance(part.get("text"), str):
+                raise bad(here, f"{here}.text must be a string")
+            texts.append(part["text"])
+        elif kind == "image_url":
+            texts.append(f"<img>{_image_file(part.get('image_url'), here, policy, request)}</img>")
+        else:
+            raise bad(here, f"{here}: unsupported content part type {kind!r} (text, image_url)")
+    return "".join(texts)
+
+
+def _image_file(spec: Any, where: str, policy: ImagePolicy, request: ChatRequest) -> str:
+    if not policy.model_is_visual:
+        raise bad(where, "this model is text-only: it does not accept images")
+    url = spec.get("url") if isinstance(spec, Mapping) else spec
+    if not isinstance(url, str) or not url:
+        raise bad(where, f"{where}.image_url.url must be a string")
+    if len(request.images) >= MAX_IMAGES:
+        raise bad(where, f"at most {MAX_IMAGES} images per request")
+    if url.startswith("data:"):
+        header, _, payload = url.partition(",")
+        if not header.endswith(";base64") or not header[5:].startswith("image/"):
+            raise bad(where, "image data URLs must look like data:image/<type>;base64,...")
+        if len(payload) > policy.max_image_bytes * 4 // 3 + 4:
+            raise bad(where, f"the image is larger than {policy.max_image_bytes} bytes")
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise bad(where, "the image data URL is not valid base64") from exc
+        kind = "".join(ch for ch in header[11:-7].split("+")[0] if ch.isalnum())[:10]
+        suffix = f".{kind or 'img'}"
+    elif url.startswith("file://"):
+        if not policy.allow_file_urls:
+            raise bad(where, "file:// image URLs are not allowed on this server")
+        path = Path(urllib.parse.unquote(urllib.parse.urlparse(url).path))
+        if not path.is_file():
+            raise bad(where, f"no image file at {path}")
+        if path.stat().st_size > policy.max_image_bytes:
+            raise bad(where, f"the image is larger than {policy.max_image_bytes} bytes")
+        data, suffix = path.read_bytes(), path.suffix
+    else:
+        raise bad(where, "image URLs must be data: URLs (the server fetches nothing from the network)")
+    if not data:
+        raise bad(where, "the image is empty")
+    if request.image_dir is None:
+        request.image_dir = tempfile.mkdtemp(prefix="mnn-engine-images-")  # mode 0700
+    path = Path(request.image_dir) / f"{len(request.images)}{suffix}"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    request.images.append(path)
+    return str(path)
+
+
+def _tool_calls_text(tool_calls: Any, where: str) -> str:
+    """An assistant message's earlier tool calls, written back as the model wrote them."""
+    if not isinstance(tool_calls, list):
+        raise bad(f"{where}.tool_calls", "tool_calls must be a list")
+    parts = []
+    for call in tool_calls:
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise bad(f"{where}.tool_calls", "each tool call needs function.name")
+        arguments = function.get("arguments", "{}")
+        if isinstance(arguments, str):
+            with contextlib.suppress(json.JSONDecodeError):
+                arguments = json.loads(arguments)
+        parts.append(TOOL_OPEN + json.dumps({"name": function["name"], "arguments": arguments},
+                                            ensure_ascii=False) + TOOL_CLOSE)
+    return "\n".join(parts)
+
+
+def prompt_opens_thinking(prompt: str) -> bool:
+    """True when the rendered prompt leaves a ``<think>`` block open (the
+    template started the reasoning for the model)."""
+    return prompt.rfind(THINK_OPEN) > prompt.rfind(THINK_CLOSE)
+
+
+# ---------------------------------------------------------------- output
+@dataclass
+class Delta:
+    """One piece of parsed output: ``kind`` is content, reasoning or tool_call."""
+
+    kind: str
+    text: str = ""
+    tool_call: dict[str, Any] | None = None
+
+
+class OutputParser:
+    """Splits streamed model text into reasoning, content and tool calls.
+
+    Text that might be the start of a tag is held back until the next piece
+    tells; ``finish()`` flushes it. A ``<tool_call>`` whose body is not valid
+    JSON is passed through as plain content.
+    """
+
+    def __init__(self, *, in_reasoning: bool = False, parse_tools: bool = False) -> None:
+        self.mode = "reasoning" if in_reasoning else "content"
+        self.parse_tools = parse_tools
+        self.buffer = ""
+        self.tool_calls: list[dict[str, Any]] = []
+        self._seen_content = False
+        self._strip_leading = False
+
+    def _tags(self) -> list[str]:
+        if self.mode == "reasoning":
+            return [THINK_CLOSE]
+        if self.mode == "tool":
+            return [TOOL_CLOSE]
+        tags = [TOOL_OPEN] if self.parse_tools else []
+        if not self._seen_content:
+            tags.append(THINK_OPEN)
+        return tags
+
+    def feed(self, text: str) -> list[Delta]:
+        self.buffer += text
+        out: list[Delta] = []
+        while True:
+            tags = self._tags()
+            found = min(((self.buffer.find(t), t) for t in tags if t in self.buffer), default=None)
+            if found is None:
+                keep = _partial_tag_suffix(self.buffer, tags)
+                if self.mode != "tool":
+                    self._emit(self.buffer[: len(self.buffer) - keep], out)
+                    self.buffer = self.buffer[len(self.buffer) - keep:]
+                return out
+            pos, tag = found
+            before, self.buffer = self.buffer[:pos], self.buffer[pos + len(tag):]
+            if self.mode == "tool":
+                self._finish_tool(before, out)
+                self.mode = "content"
+            elif tag == THINK_OPEN:
+                self._emit(before, out)
+                self.mode = "reasoning"
+            elif tag == THINK_CLOSE:
+                self._emit(before, out)
+                self.mode = "content"
+                self._strip_leading = True
+            else:  # TOOL_OPEN
+                self._emit(before, out)
+                self.mode = "tool"
+
+    def finish(self) -> list[Delta]:
+        out: list[Delta] = []
+        if self.mode == "tool":  # unterminated tool call: it was text after all
+            self.mode = "content"
+            self._emit(TOOL_OPEN + self.buffer, out)
+        else:
+            self._emit(self.buffer, out)
+        self.buffer = ""
+        return out
+
+    def _emit(self, text: str, out: list[Delta]) -> None:
+        if self.mode == "content" and self._strip_leading:
+            text = text.lstrip()
+            if text:
+                self._strip_leading = False
+        if not text:
+            return
+        kind = "reasoning" if self.mode == "reasoning" else "content"
+        if kind == "content" and text.strip():
+            self._seen_content = True
+        if out and out[-1].kind == kind:
+            out[-1].text += text
+        else:
+            out.append(Delta(kind, text))
+
+    def _finish_tool(self, body: str, out: list[Delta]) -> None:
+        call = parse_tool_call(body)
+        if call is None:
+            self.mode = "content"
+            self._emit(TOOL_OPEN + body + TOOL_CLOSE, out)
+            return
+        call["index"] = len(self.tool_calls)
+        self.tool_calls.append(call)
+        out.append(Delta("tool_call", tool_call=call))
+
+
+def _partial_tag_suffix(text: str, tags: list[str]) -> int:
+    """Length of the longest suffix of ``text`` that starts one of ``tags``."""
+    best = 0
+    for tag in tags:
+        for n in range(min(len(tag) - 1, len(text)), best, -1):
+            if text.endswith(tag[:n]):
+                best = n
+                break
+    return best
+
+
+def parse_tool_call(body: str) -> dict[str, Any] | None:
+    """OpenAI tool call from Qwen's ``{"name": ..., "arguments": ...}``, or None."""
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
+        return None
+    arguments = data.get("arguments", data.get("parameters", {}))
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return {"id": "call_" + secrets.token_hex(12), "type": "function",
+            "function": {"name": data["name"], "arguments": arguments}}
+
+
+# ---------------------------------------------------------------- responses
+@dataclass
+class Completion:
+    """Identity shared by every chunk of one response."""
+
+    model: str
+    fingerprint: str
+    id: str = field(default_factory=lambda: "chatcmpl-" + secrets.token_hex(12))
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def chunk(self, delta: dict[str, Any], finish_reason: str | None = None,
+              logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+            "system_fingerprint": self.fingerprint,
+            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}],
+        }
+
+    def usage_chunk(self, usage: dict[str, int]) -> dict[str, Any]:
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "system_fingerprint": self.fingerprint, "choices": [], "usage": usage}
+
+    def response(self, message: dict[str, Any], finish_reason: str, usage: dict[str, int],
+                 logprobs: dict[str, Any] | None) -> dict[str, Any]:
+        return {
+            "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
+            "system_fingerprint": self.fingerprint,
+            "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}],
+            "usage": usage,
+        }
+
+
+def delta_dict(delta: Delta) -> dict[str, Any]:
+    if delta.kind == "tool_call":
+        return {"tool_calls": [delta.tool_call]}
+    if delta.kind == "reasoning":
+        return {"reasoning_content": delta.text}
+    return {"content": delta.text}
+
+
+def message_from(deltas: list[Delta]) -> dict[str, Any]:
+    """The assistant message of a non-streamed response."""
+    content = "".join(d.text for d in deltas if d.kind == "content")
+    reasoning = "".join(d.text for d in deltas if d.kind == "reasoning")
+    calls = [{k: v for k, v in d.tool_call.items() if k != "index"} for d in deltas if d.kind == "tool_call"]
+    message: dict[str, Any] = {"role": "assistant", "content": content if content or not calls else None}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def finish_reason(result: GenerationResult, parser: OutputParser) -> str:
+    if parser.tool_calls and result.finish_reason == "stop":
+        return "tool_calls"
+    return "length" if result.finish_reason == "length" else "stop"
+
+
+def logprobs_object(entries: tuple[TokenLogprob, ...] | None, token_bytes) -> dict[str, Any] | None:
+    """OpenAI's ``logprobs`` object; ``token_bytes(id)`` gives a token's bytes."""
+    if entries is None:
+        return None
+
+    def item(token: int, logprob: float) -> dict[str, Any]:
+        raw = token_bytes(token)
+        return {"token": raw.decode("utf-8", "replace"), "logprob": _finite(logprob), "bytes": list(raw)}
+
+    return {"content": [
+        {**item(e.token_id, e.logprob), "top_logprobs": [item(t, lp) for t, lp in e.top]} for e in entries
+    ]}
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else -9999.0

@@ -1,0 +1,324 @@
+"""The Tornado application: routes, authentication, errors, SSE streaming.
+
+Everything here runs on one IOLoop. Generations run on the engine's
+generation thread; their pieces come back through ``IOLoop.add_callback``, so
+the loop never waits on the engine and /health, 429 and 503 answer at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tornado.web
+from tornado.iostream import StreamClosedError
+
+from .. import __version__, jsonutil
+from ..engine import Engine
+from ..errors import ERROR_CODES, MnnEngineError
+from ..openai_api import (
+    Completion,
+    ImagePolicy,
+    OutputParser,
+    delta_dict,
+    finish_reason,
+    logprobs_object,
+    message_from,
+    parse_chat_request,
+    prompt_opens_thinking,
+)
+
+log = logging.getLogger("mnn_engine.server")
+
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+_DONE = object()
+
+
+@dataclass
+class ServerContext:
+    """What the handlers share."""
+
+    engine: Engine
+    api_key: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    allow_file_urls: bool = False
+    stopping: bool = False
+    fingerprint: str = field(default_factory=lambda: f"mnn-engine-{__version__}")
+    started: float = field(default_factory=time.time)
+    active: set[ChatCompletionsHandler] = field(default_factory=set)
+
+
+def error_body(code: str, message: str, param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error shape."""
+    return {"error": {"message": message, "type": ERROR_CODES[code].openai_type, "param": param, "code": code}}
+
+
+class JsonHandler(tornado.web.RequestHandler):
+    """JSON errors for everything, bearer authentication for /v1 routes."""
+
+    ctx: ServerContext
+
+    def initialize(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+
+    def set_default_headers(self) -> None:
+        self.set_header("Access-Control-Allow-Origin", "*")
+        self.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type")
+        self.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+
+    def options(self, *_args: Any) -> None:  # CORS preflight
+        self.set_status(204)
+        self.finish()
+
+    def prepare(self) -> None:
+        if self.request.path.startswith("/v1/") and self.ctx.api_key and self.request.method != "OPTIONS":
+            header = self.request.headers.get("Authorization", "")
+            scheme, _, token = header.partition(" ")
+            ok = scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.ctx.api_key.encode())
+            if not ok:
+                self.set_header("WWW-Authenticate", 'Bearer realm="mnn-engine"')
+                raise MnnEngineError("unauthorized", "missing or wrong API key (Authorization: Bearer <key>)")
+
+    def send_json(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(jsonutil.dumps(data))
+
+    def send_engine_error(self, exc: MnnEngineError) -> None:
+        if exc.code == "busy":
+            self.set_header("Retry-After", "1")
+        self.send_json(error_body(exc.code, exc.message, exc.param), exc.kind.http_status)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, MnnEngineError):
+            self.send_engine_error(exc)
+            return
+        code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(status_code)
+        if code is None and 400 <= status_code < 500:
+            code = "invalid_argument"
+        if code is None:
+            code = "internal_error"
+            log.error("internal error on %s %s", self.request.method, self.request.path,
+                      exc_info=kwargs.get("exc_info"))
+        message = self._reason if code == "invalid_argument" else ERROR_CODES[code].meaning
+        self.send_json(error_body(code, message), status_code)
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        if isinstance(value, (MnnEngineError, tornado.web.HTTPError)):
+            return  # answered as JSON; nothing went wrong inside
+        super().log_exception(typ, value, tb)
+
+
+class NotFoundHandler(JsonHandler):
+    def prepare(self) -> None:
+        raise MnnEngineError("not_found", f"no route {self.request.method} {self.request.path}")
+
+
+class IndexHandler(JsonHandler):
+    """The built-in API test page (self-contained: works offline)."""
+
+    def get(self) -> None:
+        page = (Path(__file__).parent / "static" / "index.html").read_bytes()
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(page)
+
+
+class HealthHandler(JsonHandler):
+    """Engine, model, server and generation state (public: no secrets)."""
+
+    def get(self) -> None:
+        snap = self.ctx.engine.snapshot()
+        model = {k: snap["model"].get(k) for k in ("state", "id", "options", "context_limit")}
+        status = "stopping" if self.ctx.stopping else ("ok" if model["state"] == "loaded" else "no_model")
+        self.send_json({
+            "status": status,
+            "version": __version__,
+            "engine": snap["engine"],
+            "model": model,
+            "server": {"state": snap["server"]["state"], "uptime_s": round(time.time() - self.ctx.started, 1),
+                       "auth": bool(self.ctx.api_key)},
+            "generation": snap["generation"],
+            "last_error": snap["last_error"],
+        })
+
+
+def active_model_name(engine: Engine) -> str | None:
+    """The name clients see: the store ID, else the model directory's name."""
+    snap = engine.snapshot()["model"]
+    if snap["state"] != "loaded":
+        return None
+    return snap["id"] or (snap["path"] or "model").rstrip("/").rsplit("/", 1)[-1]
+
+
+class ModelsHandler(JsonHandler):
+    def get(self) -> None:
+        model_id = active_model_name(self.ctx.engine)
+        data = [] if model_id is None else [
+            {"id": model_id, "object": "model", "created": int(self.ctx.started), "owned_by": "mnn-engine"}]
+        self.send_json({"object": "list", "data": data})
+
+
+@tornado.web.stream_request_body
+class ChatCompletionsHandler(JsonHandler):
+    """POST /v1/chat/completions, streamed (SSE) or not."""
+
+    def prepare(self) -> None:
+        super().prepare()
+        self._body = bytearray()
+        self._too_large = False
+        self._future: Any = None
+        self._closed = False
+        length = self.request.headers.get("Content-Length")
+        if length is not None and length.isdigit() and int(length) > self.ctx.max_body_bytes:
+            raise self._too_large_error()
+        self.request.connection.set_max_body_size(self.ctx.max_body_bytes + 1)
+
+    def _too_large_error(self) -> MnnEngineError:
+        return MnnEngineError("payload_too_large", f"the request body is larger than {self.ctx.max_body_bytes} bytes")
+
+    def data_received(self, chunk: bytes) -> None:
+        if len(self._body) + len(chunk) > self.ctx.max_body_bytes:
+            self._too_large = True
+            return
+        self._body.extend(chunk)
+
+    def _parse_body(self) -> Any:
+        if self._too_large:
+            raise self._too_large_error()
+        content_type = self.request.headers.get("Content-Type", "application/json").split(";")[0].strip().lower()
+        if content_type != "application/json" and not content_type.endswith("+json"):
+            raise MnnEngineError("unsupported_media_type",
+                                 f"the body must be JSON (Content-Type: application/json), not {content_type}")
+        try:
+            text = bytes(self._body).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MnnEngineError("invalid_argument", f"the body is not valid UTF-8 (byte {exc.start})") from exc
+        try:
+            return jsonutil.loads(text)
+        except ValueError as exc:
+            raise MnnEngineError("invalid_argument", f"the body is not valid JSON: {exc}") from exc
+
+    async def post(self) -> None:
+        if self.ctx.stopping:
+            raise MnnEngineError("server_stopping", "the server is stopping; no new requests")
+        engine = self.ctx.engine
+        model = active_model_name(engine)
+        if model is None:
+            raise MnnEngineError("model_not_loaded", "no model is loaded")
+        policy = ImagePolicy(model_is_visual=bool(engine.llm.file_config.get("is_visual")),
+                             allow_file_urls=self.ctx.allow_file_urls)
+        request = parse_chat_request(self._parse_body(), policy)
+        try:
+            await self._complete(engine, model, request)
+        finally:
+            request.cleanup()
+
+    async def _complete(self, engine: Engine, model: str, request: Any) -> None:
+        loop = asyncio.get_running_loop()
+        pieces: asyncio.Queue[Any] = asyncio.Queue()
+
+        def on_piece(piece: str) -> None:  # generation thread
+            loop.call_soon_threadsafe(pieces.put_nowait, piece)
+
+        prompt = engine.llm.apply_chat_template(request.messages, True, request.enable_thinking, request.tools)
+        self._future = engine.submit(request.messages, on_piece if request.stream else None,
+                                     **request.engine_kwargs())
+        self.ctx.active.add(self)
+        self._future.add_done_callback(lambda _: loop.call_soon_threadsafe(pieces.put_nowait, _DONE))
+        parser = OutputParser(in_reasoning=prompt_opens_thinking(prompt), parse_tools=request.parse_tools)
+        completion = Completion(model=model, fingerprint=self.ctx.fingerprint)
+        try:
+            if request.stream:
+                await self._stream(request, parser, completion, pieces)
+            else:
+                await self._whole(request, parser, completion)
+        finally:
+            self.ctx.active.discard(self)
+            if not self._future.done():
+                engine.cancel_generation()
+
+    async def _whole(self, request: Any, parser: OutputParser, completion: Completion) -> None:
+        result = await asyncio.wrap_future(self._future)
+        if self._closed:
+            return
+        deltas = parser.feed(result.text) + parser.finish()
+        logprobs = logprobs_object(result.logprobs, self.ctx.engine.llm.token_bytes)
+        self.send_json(completion.response(message_from(deltas), finish_reason(result, parser), result.usage,
+                                           logprobs))
+
+    async def _stream(self, request: Any, parser: OutputParser, completion: Completion,
+                      pieces: asyncio.Queue[Any]) -> None:
+        self.set_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.set_header("Cache-Control", "no-cache")
+        self.set_header("X-Accel-Buffering", "no")
+        await self._event(completion.chunk({"role": "assistant", "content": ""}))
+        while (piece := await pieces.get()) is not _DONE:
+            for delta in parser.feed(piece):
+                await self._event(completion.chunk(delta_dict(delta)))
+        try:
+            result = self._future.result()
+        except MnnEngineError as exc:
+            await self._event(error_body(exc.code, exc.message))
+            await self._done()
+            return
+        if result.finish_reason == "cancelled" and self.ctx.stopping:
+            await self._event(error_body("server_stopping", "the server stopped during the generation"))
+            await self._done()
+            return
+        for delta in parser.finish():
+            await self._event(completion.chunk(delta_dict(delta)))
+        logprobs = logprobs_object(result.logprobs, self.ctx.engine.llm.token_bytes)
+        await self._event(completion.chunk({}, finish_reason(result, parser), logprobs))
+        if request.include_usage:
+            await self._event(completion.usage_chunk(result.usage))
+        await self._done()
+
+    async def _event(self, data: Any) -> None:
+        if self._closed:
+            return
+        self.write(b"data: " + jsonutil.dumps(data) + b"\n\n")
+        try:
+            await self.flush()
+        except StreamClosedError:
+            self._client_gone()
+
+    async def _done(self) -> None:
+        if not self._closed:
+            self.write(b"data: [DONE]\n\n")
+            self.finish()
+
+    def _client_gone(self) -> None:
+        self._closed = True
+        if self._future is not None and not self._future.done():
+            log.info("client went away; cancelling its generation")
+            self.ctx.engine.cancel_generation()
+
+    def on_connection_close(self) -> None:
+        self._client_gone()
+
+    def cancel(self) -> None:
+        """Called when the server stops."""
+        if self._future is not None and not self._future.done():
+            self.ctx.engine.cancel_generation()
+
+
+def make_app(ctx: ServerContext) -> tornado.web.Application:
+    handlers: list[Any] = [
+        (r"/", IndexHandler, {"ctx": ctx}),
+        (r"/health", HealthHandler, {"ctx": ctx}),
+        (r"/v1/models", ModelsHandler, {"ctx": ctx}),
+        (r"/v1/chat/completions", ChatCompletionsHandler, {"ctx": ctx}),
+    ]
+    return tornado.web.Application(
+        handlers,
+        default_handler_class=NotFoundHandler,
+        default_handler_args={"ctx": ctx},
+        compress_response=False,
+    )

@@ -1,0 +1,169 @@
+"""Starting and stopping the HTTP server: in the foreground (``serve``) or on
+a background thread (notebooks, tests).
+
+Stopping goes: refuse new requests (503 ``server_stopping``), cancel the
+active generation and let its handler finish, close the listening sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import signal
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
+
+from ..engine import Engine
+from ..errors import MnnEngineError
+from .app import DEFAULT_MAX_BODY_BYTES, ServerContext, make_app
+
+log = logging.getLogger("mnn_engine.server")
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8081
+STOP_GRACE_SECONDS = 10.0
+
+
+@dataclass
+class RunningServer:
+    ctx: ServerContext
+    http: HTTPServer
+    url: str
+    loop: asyncio.AbstractEventLoop
+    thread: threading.Thread | None = None
+    stopped: asyncio.Event | None = None
+
+
+_servers: dict[int, RunningServer] = {}
+_servers_lock = threading.Lock()
+
+
+def _bind(host: str, port: int) -> list[socket.socket]:
+    try:
+        return bind_sockets(port, address=host, reuse_port=False)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise MnnEngineError("port_in_use", f"{host}:{port} is already in use; pick another --port") from exc
+        raise MnnEngineError("invalid_argument", f"cannot listen on {host}:{port}: {exc.strerror}",
+                             param="host") from exc
+
+
+def _url(sockets: list[socket.socket], host: str) -> str:
+    port = sockets[0].getsockname()[1]
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
+    if ":" in shown and not shown.startswith("["):
+        shown = f"[{shown}]"
+    return f"http://{shown}:{port}"
+
+
+async def _start(engine: Engine, host: str, port: int, api_key: str | None, max_body_bytes: int,
+                 allow_file_urls: bool) -> RunningServer:
+    engine.require_model_for_server()
+    engine._server_transition("starting")
+    try:
+        sockets = _bind(host, port)
+    except MnnEngineError:
+        engine._server_transition("stopped")
+        raise
+    ctx = ServerContext(engine, api_key=api_key or None, max_body_bytes=max_body_bytes,
+                        allow_file_urls=allow_file_urls)
+    http = HTTPServer(make_app(ctx), max_body_size=max_body_bytes + 1, idle_connection_timeout=120)
+    http.add_sockets(sockets)
+    url = _url(sockets, host)
+    engine._server_transition("running", url)
+    log.info("serving %s at %s", engine.active_model_id or "a model", url)
+    return RunningServer(ctx, http, url, asyncio.get_running_loop(), stopped=asyncio.Event())
+
+
+async def _stop(server: RunningServer) -> None:
+    ctx = server.ctx
+    if ctx.stopping:
+        return
+    ctx.stopping = True
+    ctx.engine._server_transition("stopping", server.url)
+    for handler in list(ctx.active):
+        handler.cancel()
+    deadline = asyncio.get_running_loop().time() + STOP_GRACE_SECONDS
+    while ctx.active and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+    server.http.stop()
+    await server.http.close_all_connections()
+    ctx.engine._server_transition("stopped")
+    log.info("server stopped")
+    if server.stopped is not None:
+        server.stopped.set()
+
+
+# ---------------------------------------------------------------- foreground
+def serve_forever(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+                  api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                  allow_file_urls: bool = False, on_ready: Any = None) -> None:
+    """Serve until SIGINT or SIGTERM, then stop the server and unload the model."""
+
+    async def main() -> None:
+        server = await _start(engine, host, port, api_key, max_body_bytes, allow_file_urls)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(_stop(server)))
+        if on_ready is not None:
+            on_ready(server.url)
+        assert server.stopped is not None
+        await server.stopped.wait()
+
+    asyncio.run(main())
+    engine.unload()
+
+
+# ---------------------------------------------------------------- background
+def start_background_server(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+                            api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                            allow_file_urls: bool = False) -> str:
+    """Run the server on its own thread and event loop; returns its URL once
+    it listens (or raises, e.g. ``port_in_use``)."""
+    ready = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        async def main() -> None:
+            try:
+                server = await _start(engine, host, port, api_key, max_body_bytes, allow_file_urls)
+            except BaseException as exc:
+                outcome["error"] = exc
+                ready.set()
+                return
+            server.thread = threading.current_thread()
+            outcome["server"] = server
+            ready.set()
+            assert server.stopped is not None
+            await server.stopped.wait()
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=run, name="mnn-engine-server", daemon=True)
+    thread.start()
+    ready.wait()
+    if "error" in outcome:
+        thread.join()
+        raise outcome["error"]
+    server: RunningServer = outcome["server"]
+    with _servers_lock:
+        _servers[id(engine)] = server
+    return server.url
+
+
+def stop_background_server(engine: Engine) -> None:
+    """Stop the engine's background server and wait for it to finish."""
+    with _servers_lock:
+        server = _servers.pop(id(engine), None)
+    if server is None:
+        raise MnnEngineError("server_not_running", "no server is running for this engine")
+    future = asyncio.run_coroutine_threadsafe(_stop(server), server.loop)
+    future.result(timeout=STOP_GRACE_SECONDS + 5)
+    if server.thread is not None:
+        server.thread.join(timeout=5)
