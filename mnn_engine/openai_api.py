@@ -353,6 +353,8 @@ class OutputParser:
             if self.mode == "tool":
                 self._finish_tool(before, out)
                 self.mode = "content"
+            elif tag == THINK_OPEN and before.strip():  # not at the start: plain text
+                self._emit(before + tag, out)
             elif tag == THINK_OPEN:
                 self._emit(before, out)
                 self.mode = "reasoning"

@@ -11,6 +11,7 @@ REPO = Path(__file__).resolve().parent.parent
 BUILD_TOOL = REPO / "tools" / "models" / "build_test_models.py"
 SCRIPTED_TEXT = "Hello! I am a tiny MNN test model, 你好 🪿."
 TOOLCALL_TEXT = '<tool_call>{"name":"get_weather","arguments":{"city":"Paris"}}</tool_call>'
+THINKING_TEXT = "<think>The user greets me.</think>\n\nHello there!"
 QWEN_IM_END = 151645
 
 

