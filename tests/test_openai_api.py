@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
 import stat
@@ -226,7 +227,7 @@ SAMPLES = [
 def test_splitting_never_changes_the_result(sample, cuts):
     whole = message_from(run(OutputParser(parse_tools=True), [sample]))
     bounds = sorted({c % (len(sample) + 1) for c in cuts} | {0, len(sample)})
-    pieces = [sample[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    pieces = [sample[a:b] for a, b in itertools.pairwise(bounds)]
     split = message_from(run(OutputParser(parse_tools=True), pieces))
     for message in (whole, split):
         for call in message.get("tool_calls", []):
