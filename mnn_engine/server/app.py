@@ -81,7 +81,6 @@ class JsonHandler(tornado.web.RequestHandler):
             scheme, _, token = header.partition(" ")
             ok = scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.ctx.api_key.encode())
             if not ok:
-                self.set_header("WWW-Authenticate", 'Bearer realm="mnn-engine"')
                 raise MnnEngineError("unauthorized", "missing or wrong API key (Authorization: Bearer <key>)")
 
     def send_json(self, data: Any, status: int = 200) -> None:
@@ -92,6 +91,8 @@ class JsonHandler(tornado.web.RequestHandler):
     def send_engine_error(self, exc: MnnEngineError) -> None:
         if exc.code == "busy":
             self.set_header("Retry-After", "1")
+        elif exc.code == "unauthorized":
+            self.set_header("WWW-Authenticate", 'Bearer realm="mnn-engine"')
         self.send_json(error_body(exc.code, exc.message, exc.param), exc.kind.http_status)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
