@@ -131,12 +131,21 @@ class IndexHandler(JsonHandler):
         self.finish(page)
 
 
+def active_model_name(engine: Engine) -> str | None:
+    """The name clients see: the store ID, else the model directory's name."""
+    snap = engine.snapshot()["model"]
+    if snap["state"] != "loaded":
+        return None
+    return snap["id"] or (snap["path"] or "model").rstrip("/").rsplit("/", 1)[-1]
+
+
 class HealthHandler(JsonHandler):
     """Engine, model, server and generation state (public: no secrets)."""
 
     def get(self) -> None:
         snap = self.ctx.engine.snapshot()
         model = {k: snap["model"].get(k) for k in ("state", "id", "options", "context_limit")}
+        model["name"] = active_model_name(self.ctx.engine)
         status = "stopping" if self.ctx.stopping else ("ok" if model["state"] == "loaded" else "no_model")
         self.send_json({
             "status": status,
@@ -148,14 +157,6 @@ class HealthHandler(JsonHandler):
             "generation": snap["generation"],
             "last_error": snap["last_error"],
         })
-
-
-def active_model_name(engine: Engine) -> str | None:
-    """The name clients see: the store ID, else the model directory's name."""
-    snap = engine.snapshot()["model"]
-    if snap["state"] != "loaded":
-        return None
-    return snap["id"] or (snap["path"] or "model").rstrip("/").rsplit("/", 1)[-1]
 
 
 class ModelsHandler(JsonHandler):

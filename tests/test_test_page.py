@@ -1,0 +1,92 @@
+"""The built-in test page, driven in headless Chromium (Debian's chromium + chromedriver)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+from support import SCRIPTED_TEXT
+from test_server import Live
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
+                                reason="needs Debian's chromium and chromium-driver (.ci/run installs them)")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1000,900"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+def _wait(driver, condition, timeout=60):
+    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition)
+
+
+def test_page_streams_a_reply(browser, tmp_path):
+    live = Live(tmp_path, "tiny-scripted")
+    try:
+        browser.get(live.url + "/")
+        _wait(browser, lambda d: d.find_element(By.ID, "status").text == "ok")
+        assert "tiny-scripted" in browser.find_element(By.ID, "model").text
+        prompt = browser.find_element(By.ID, "prompt")
+        prompt.clear()
+        prompt.send_keys("Who are you?")
+        browser.find_element(By.ID, "temp").send_keys("0")
+        browser.find_element(By.ID, "send").click()
+        _wait(browser, lambda d: d.find_element(By.ID, "answer").text == SCRIPTED_TEXT)
+        _wait(browser, lambda d: "17 tokens" in d.find_element(By.ID, "stats").text)
+        assert browser.find_element(By.ID, "error").text == ""
+        browser.save_screenshot(str(tmp_path / "page.png"))
+    finally:
+        live.close()
+
+
+def test_page_stop_button_cancels_the_generation(browser, tmp_path):
+    live = Live(tmp_path, "tiny")
+    try:
+        browser.get(live.url + "/")
+        _wait(browser, lambda d: d.find_element(By.ID, "status").text == "ok")
+        max_tokens = browser.find_element(By.ID, "max")
+        max_tokens.clear()
+        max_tokens.send_keys("-1")
+        browser.find_element(By.ID, "send").click()
+        _wait(browser, lambda d: len(d.find_element(By.ID, "answer").text) > 20)
+        assert live.engine.snapshot()["generation"]["state"] == "running"
+        browser.find_element(By.ID, "stop").click()
+        _wait(browser, lambda d: d.find_element(By.ID, "stats").text == "stopped")
+        live.wait_idle()
+        assert live.engine.last_result.finish_reason == "cancelled"
+        assert browser.find_element(By.ID, "send").is_enabled()
+        time.sleep(0.1)
+        _wait(browser, lambda d: d.find_element(By.ID, "status").text == "ok")
+    finally:
+        live.close()
+
+
+def test_page_shows_errors(browser, tmp_path):
+    live = Live(tmp_path, "tiny-scripted", api_key="k")
+    try:
+        browser.get(live.url + "/")
+        _wait(browser, lambda d: d.find_element(By.ID, "status").text == "ok")
+        browser.find_element(By.ID, "send").click()
+        _wait(browser, lambda d: "401" in d.find_element(By.ID, "error").text)
+        browser.find_element(By.ID, "key").send_keys("k")
+        browser.find_element(By.ID, "temp").send_keys("0")
+        browser.find_element(By.ID, "send").click()
+        _wait(browser, lambda d: d.find_element(By.ID, "answer").text == SCRIPTED_TEXT)
+    finally:
+        live.close()
