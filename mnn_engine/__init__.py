@@ -14,7 +14,8 @@ from .native_output import captured_native_output
 with captured_native_output():  # the engine prints CPU features when it loads
     from . import _mnn  # noqa: F401
 
-from .engine import Engine, LoadOptions, backend_capabilities
+from .build import backend_capabilities, build_info
+from .engine import Engine, LoadOptions
 from .llm import GenerationResult, Llm, TokenLogprob
 from .models import ModelInfo, ModelStore, model_id_from_name
 from .sampling import GenerationConfig
@@ -37,5 +38,6 @@ __all__ = [
     "TokenLogprob",
     "__version__",
     "backend_capabilities",
+    "build_info",
     "model_id_from_name",
 ]

@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from . import __version__, jsonutil
+from .build import build_info
 from .engine import BACKENDS, PRECISIONS, Engine, LoadOptions, backend_capabilities
 from .errors import MnnEngineError
 from .llm import Llm
@@ -136,6 +137,26 @@ def _backends(args: argparse.Namespace) -> int:
             compiled = "compiled" if cap["compiled"] else "not compiled"
             available = "available" if cap["available"] else "unavailable"
             print(f"{name:<8} {compiled:<13} {available}")
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    info = {"build": build_info(), "backends": backend_capabilities(), "json": jsonutil.BACKEND,
+            "store": str(ModelStore().root)}
+    if args.json:
+        _print_json(info)
+        return 0
+    build = info["build"]
+    print(f"mnn-engine {build['mnn_engine_version']} ({build['mode']} build)")
+    print(f"MNN        {build['mnn_version']} from {build['mnn_source']}")
+    if build["mnn_commit"]:
+        print(f"commit     {build['mnn_commit']}")
+    print(f"compiler   {build['compiler']} ({build['cpu_family']}, {build['system']}, {build['buildtype']})")
+    print(f"flags      {build['flags'] or '-'}")
+    usable = [name for name, cap in info["backends"].items() if cap["available"]]
+    print(f"backends   compiled {', '.join(build['backends_compiled'])}; available {', '.join(usable)}")
+    print(f"json       {info['json']}")
+    print(f"store      {info['store']}")
     return 0
 
 
@@ -302,6 +323,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = cache.add_parser("clear", help="delete caches (the next load rebuilds them)")
     p.add_argument("id", nargs="?")
     p.set_defaults(func=_cache_clear)
+
+    p = commands.add_parser("info", help="how this installation was built (provenance) and what it can use")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_info)
 
     p = commands.add_parser("backends", help="which backends are compiled in and available")
     p.add_argument("--json", action="store_true")

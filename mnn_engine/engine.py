@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .build import BACKENDS, backend_capabilities
 from .errors import MnnEngineError, invalid
 from .llm import GenerationResult, Llm, Prompt
 from .models import ModelStore
@@ -37,7 +38,6 @@ from .state import EventStream, LogBuffer
 
 log = logging.getLogger("mnn_engine.engine")
 
-BACKENDS = ("cpu", "opencl", "vulkan", "hexagon")
 PRECISIONS = ("low", "high")
 MAX_THREADS = 8
 _DONE = object()
@@ -74,14 +74,6 @@ class LoadOptions:
             "use_mmap": self.use_mmap,
             "tmp_path": str(cache_dir),
         }
-
-
-def backend_capabilities() -> dict[str, dict[str, bool]]:
-    """Per backend: ``compiled`` into this build, and ``available`` here.
-
-    The PyPI wheel's engine is CPU-only: OpenCL, Vulkan and Hexagon are not
-    compiled in, so they are never available, whatever the device has."""
-    return {name: {"compiled": name == "cpu", "available": name == "cpu"} for name in BACKENDS}
 
 
 class Engine:

@@ -61,3 +61,17 @@ cdef extern from "mnn_llm_api.h" namespace "mnn_engine" nogil:
     int64_t monotonic_ns()
     void run_mnn_response(Llm* llm, const vector[int]& ids, TimingStreamBuf* buf,
                           int max_new_tokens) except +
+
+
+cdef extern from "build_info.h":
+    const char* MNN_ENGINE_BUILD_VERSION
+    const char* MNN_ENGINE_BUILD_MODE
+    const char* MNN_ENGINE_BUILD_MNN_VERSION
+    const char* MNN_ENGINE_BUILD_MNN_COMMIT
+    const char* MNN_ENGINE_BUILD_MNN_SOURCE
+    const char* MNN_ENGINE_BUILD_BACKENDS
+    const char* MNN_ENGINE_BUILD_COMPILER
+    const char* MNN_ENGINE_BUILD_CPU_FAMILY
+    const char* MNN_ENGINE_BUILD_SYSTEM
+    const char* MNN_ENGINE_BUILD_BUILDTYPE
+    const char* MNN_ENGINE_BUILD_FLAGS

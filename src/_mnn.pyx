@@ -43,6 +43,23 @@ _FINISH_NAMES = {F_STOP: FINISH_STOP, F_LENGTH: FINISH_LENGTH,
                  F_CANCELLED: FINISH_CANCELLED, F_ERROR: FINISH_ERROR}
 
 
+def build_info() -> dict:
+    """How this extension was built (provenance), as compiled into it."""
+    return {
+        "mnn_engine_version": MNN_ENGINE_BUILD_VERSION.decode(),
+        "mode": MNN_ENGINE_BUILD_MODE.decode(),
+        "mnn_version": MNN_ENGINE_BUILD_MNN_VERSION.decode(),
+        "mnn_commit": MNN_ENGINE_BUILD_MNN_COMMIT.decode(),
+        "mnn_source": MNN_ENGINE_BUILD_MNN_SOURCE.decode(),
+        "backends_compiled": [b for b in MNN_ENGINE_BUILD_BACKENDS.decode().split(",") if b],
+        "compiler": MNN_ENGINE_BUILD_COMPILER.decode(),
+        "cpu_family": MNN_ENGINE_BUILD_CPU_FAMILY.decode(),
+        "system": MNN_ENGINE_BUILD_SYSTEM.decode(),
+        "buildtype": MNN_ENGINE_BUILD_BUILDTYPE.decode(),
+        "flags": MNN_ENGINE_BUILD_FLAGS.decode(),
+    }
+
+
 # ---------------------------------------------------------------- random numbers
 cdef inline uint64_t splitmix64(uint64_t* state) noexcept nogil:
     state[0] += <uint64_t>0x9E3779B97F4A7C15

@@ -202,7 +202,7 @@ def test_import_killed_mid_copy_leaves_nothing_and_retry_works(store):
                 time.sleep(60)
         ModelStore({str(store.root)!r}).import_model({str(source)!r}, model_id="victim", progress=progress)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd="/")
     assert proc.stdout.readline().strip() == "COPYING"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)

@@ -529,5 +529,5 @@ def test_stdlib_json_fallback_without_orjson():
         "assert jsonutil.dumps({'a': 'ü'}) == '{\"a\":\"ü\"}'.encode()\n"
         "try:\n    jsonutil.loads('NaN')\nexcept ValueError:\n    print('ok')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr

@@ -1,0 +1,52 @@
+"""What this installation was built with, and which backends it can use."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any
+
+from . import _mnn
+
+BACKENDS = ("cpu", "opencl", "vulkan", "hexagon")
+
+# Where GPU drivers live on Android (Adreno/Mali vendor libraries) and desktop Linux.
+_DRIVER_LIBRARIES = {
+    "opencl": ["libOpenCL.so", "libOpenCL.so.1", "/vendor/lib64/libOpenCL.so", "/system/vendor/lib64/libOpenCL.so",
+               "/vendor/lib64/egl/libGLES_mali.so", "/system/lib64/libOpenCL.so"],
+    "vulkan": ["libvulkan.so", "libvulkan.so.1", "/system/lib64/libvulkan.so"],
+    "hexagon": ["libQnnHtp.so", "/vendor/lib64/libQnnHtp.so"],
+}
+
+
+def build_info() -> dict[str, Any]:
+    """Provenance of the native build: mode (wheel, system, subproject), MNN
+    version and commit, compiler, flags and the backends compiled in."""
+    return _mnn.build_info()
+
+
+def _loadable(names: list[str]) -> bool:
+    for name in names:
+        try:
+            ctypes.CDLL(name)
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def backend_capabilities() -> dict[str, dict[str, bool]]:
+    """Per backend: ``compiled`` into this build and ``available`` on this device.
+
+    CPU is always available. A GPU or NPU backend is available when it is
+    compiled in and its driver library loads here (what MNN needs to create
+    it; ``LD_LIBRARY_PATH`` matters on Android, see docs/termux.md). Set
+    ``MNN_ENGINE_ASSUME_BACKENDS=opencl,vulkan`` to override the probe."""
+    compiled = set(build_info()["backends_compiled"]) | {"cpu"}
+    assumed = {b.strip() for b in os.environ.get("MNN_ENGINE_ASSUME_BACKENDS", "").split(",") if b.strip()}
+    caps = {}
+    for name in BACKENDS:
+        is_compiled = name in compiled
+        available = name == "cpu" or (is_compiled and (name in assumed or _loadable(_DRIVER_LIBRARIES[name])))
+        caps[name] = {"compiled": is_compiled, "available": available}
+    return caps
