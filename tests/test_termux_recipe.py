@@ -1,0 +1,101 @@
+"""The Termux recipe passes termux-packages' lint rules (and shellcheck), and
+its service script turns serve.env into the right command line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import REPO
+
+sys.path.insert(0, str(REPO / "tools" / "termux"))
+from lint_recipe import lint  # noqa: E402
+
+RECIPE = REPO / "packaging" / "termux" / "python-mnn-engine"
+
+
+def test_recipe_passes_the_lint_rules():
+    result = subprocess.run([sys.executable, str(REPO / "tools/termux/lint_recipe.py")], capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stdout
+    assert "python-mnn-engine: PASS" in result.stdout
+    assert not os.access(RECIPE / "build.sh", os.X_OK)
+
+
+@pytest.mark.parametrize(("edit", "problem"), [
+    (lambda s: s.replace("\tlocal wrap=", "    local wrap="), "indent with tabs"),
+    (lambda s: s.replace('TERMUX_PKG_DESCRIPTION="', 'TERMUX_PKG_DESCRIPTION="' + "x" * 100), "longer than 100"),
+    (lambda s: s.replace('TERMUX_PKG_LICENSE="Apache-2.0"', 'TERMUX_PKG_LICENSE="Apache2"'), "unknown licence"),
+    (lambda s: s.replace("TERMUX_PKG_AUTO_UPDATE=false", "TERMUX_PKG_AUTO_UPDATE=no"), "true or false"),
+    (lambda s: s.replace("git+https://github.com/mnn-engine/mnn-engine",
+                         "https://example.org/x.tar.gz\nTERMUX_PKG_SHA256=abc"), "malformed SHA-256"),
+    (lambda s: s.replace("git+https://github.com/mnn-engine/mnn-engine", "http://example.org/x.tar.gz"),
+     "neither https"),
+    (lambda s: s.replace('"mnn-engine" "exec', '"mnn-engine" "other" "exec'), "pairs"),
+    (lambda s: s.replace('TERMUX_PKG_CONFFILES="etc/', 'TERMUX_PKG_CONFFILES="/etc/'), "relative"),
+    (lambda s: s.replace('TERMUX_PKG_MAINTAINER="@mnn-engine"\n', ""), "MAINTAINER is not set"),
+    (lambda s: s.replace('TERMUX_PKG_VERSION="0.1.0"', 'TERMUX_PKG_VERSION="v0.1"'), "invalid version"),
+    (lambda s: s.replace("termux_step_make() {", "termux_step_make() { (("), "bash -n"),
+    (lambda s: s.replace("termux_step_make() {", "termux_step_make() { "), "trailing whitespace"),
+    (lambda s: s + "\n", "duplicate newlines"),
+])
+def test_each_rule_catches_its_mistake(tmp_path, edit, problem):
+    broken = tmp_path / "python-mnn-engine"
+    shutil.copytree(RECIPE, broken)
+    script = broken / "build.sh"
+    script.write_text(edit(script.read_text()))
+    assert any(problem in p for p in lint(broken)), lint(broken)
+
+
+def test_executable_build_sh_and_bad_names_fail(tmp_path):
+    bad = tmp_path / "Python_MNN"
+    shutil.copytree(RECIPE, bad)
+    (bad / "build.sh").chmod(0o755)
+    problems = lint(bad)
+    assert any("executable" in p for p in problems) and any("package name" in p for p in problems)
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="needs shellcheck (.ci/run installs it)")
+def test_shellcheck():
+    # SC2034: recipe and env variables are read by the build system / the service script
+    # SC2239: the shebang's @TERMUX_PREFIX@ is replaced at install time
+    for args in (["-s", "bash", "-e", "SC2034", "build.sh"], ["-s", "sh", "-e", "SC2239", "serve.sh"],
+                 ["-s", "sh", "-e", "SC2034", "serve.env"]):
+        result = subprocess.run(["shellcheck", *args], cwd=RECIPE, capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout
+
+
+def test_service_script_builds_the_serve_command(tmp_path):
+    prefix = tmp_path / "usr"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "etc" / "mnn-engine").mkdir(parents=True)
+    (prefix / "bin" / "sh").symlink_to("/bin/sh")
+    fake_python = prefix / "bin" / "python"
+    fake_python.write_text('#!/bin/sh\nprintf "%s\\n" "$@"; echo "KEY=$MNN_ENGINE_API_KEY HOME=$HOME TMP=$TMPDIR"\n')
+    fake_python.chmod(0o755)
+    env_file = (RECIPE / "serve.env").read_text()
+    env_file = env_file.replace("MNN_ENGINE_MODEL=\n", "MNN_ENGINE_MODEL=qwen3-0-6b-mnn\n")
+    env_file = env_file.replace("MNN_ENGINE_API_KEY=\n", "MNN_ENGINE_API_KEY=abc\n")
+    env_file = env_file.replace("MNN_ENGINE_MMAP=0", "MNN_ENGINE_MMAP=1")
+    (prefix / "etc" / "mnn-engine" / "serve.env").write_text(env_file)
+    script = tmp_path / "serve"
+    script.write_text((RECIPE / "serve.sh").read_text().replace("@TERMUX_PREFIX@", str(prefix)))
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    out = subprocess.run([str(script)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"},
+                         check=True).stdout.split("\n")
+    assert out[:15] == ["-m", "mnn_engine", "serve", "qwen3-0-6b-mnn", "--host", "127.0.0.1", "--port", "8081",
+                        "--threads", "4", "--backend", "cpu", "--precision", "low", "--mmap"]
+    assert f"KEY=abc HOME={prefix}/../home TMP={prefix}/tmp" in out
+
+
+def test_recipe_builds_mnn_from_the_pinned_subproject():
+    build = (RECIPE / "build.sh").read_text()
+    wrap = (REPO / "subprojects" / "MNN.wrap").read_text()
+    assert "revision = d407447ed56c4121a11ccbd266dc184ca1ead0c2" in wrap
+    assert "-Dmnn=subproject" in build and "MNN.wrap" in build
+    assert "/tmp" not in build.replace("$TERMUX_PKG_TMPDIR", "")

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Check termux-packages recipes against the rules of its lint script.
+
+Usage: python tools/termux/lint_recipe.py [packaging/termux/<package> ...]
+
+The rules (termux-packages scripts/lint-packages.sh): package layout and
+name, build.sh not executable, tab indentation, ``bash -n``, no trailing
+whitespace or doubled final newline, required fields, description length,
+licence names, version format, SRCURL and SHA256 rules, boolean fields,
+relative paths in RM_AFTER_INSTALL/CONFFILES, SERVICE_SCRIPT pairs. Runs with
+bash only (no NDK, no termux-packages checkout). Exit status 1 on any failure.
+"""
+
+from __future__ import annotations
+
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+LICENSES = {
+    "AFL-2.1", "AFL-3.0", "AGPL-V3", "APL-1.0", "APSL-2.0", "Apache-1.0", "Apache-1.1", "Apache-2.0",
+    "Artistic-License-2.0", "BSD", "BSD 2-Clause", "BSD 3-Clause", "BSD New", "BSD Simplified", "BSL-1.0",
+    "CC0-1.0", "GPL-2.0", "GPL-2.0-only", "GPL-2.0-or-later", "GPL-3.0", "GPL-3.0-only", "GPL-3.0-or-later",
+    "ISC", "LGPL-2.1", "LGPL-2.1-only", "LGPL-2.1-or-later", "LGPL-3.0", "LGPL-3.0-only", "LGPL-3.0-or-later",
+    "MIT", "MPL-2.0", "Public Domain", "PythonPL", "Unlicense", "ZLIB",
+}
+BOOLEANS = ("TERMUX_PKG_SKIP_SRC_EXTRACT", "TERMUX_PKG_METAPACKAGE", "TERMUX_PKG_ESSENTIAL",
+            "TERMUX_PKG_NO_STATICSPLIT", "TERMUX_PKG_BUILD_IN_SRC", "TERMUX_PKG_AUTO_UPDATE",
+            "TERMUX_PKG_HOSTBUILD", "TERMUX_PKG_PLATFORM_INDEPENDENT", "TERMUX_PKG_NO_ELF_CLEANER")
+FIELDS = ("TERMUX_PKG_HOMEPAGE", "TERMUX_PKG_DESCRIPTION", "TERMUX_PKG_LICENSE", "TERMUX_PKG_MAINTAINER",
+          "TERMUX_PKG_VERSION", "TERMUX_PKG_REVISION", "TERMUX_PKG_SRCURL", "TERMUX_PKG_SHA256",
+          "TERMUX_PKG_RM_AFTER_INSTALL", "TERMUX_PKG_CONFFILES", "TERMUX_PKG_SERVICE_SCRIPT",
+          "TERMUX_PKG_API_LEVEL", *BOOLEANS)
+PACKAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+VERSION = re.compile(r"^(\d+:)?[0-9][A-Za-z0-9.+~-]*$")
+SEP = "\x1f"
+
+
+def read_fields(script: Path) -> dict[str, list[str]]:
+    """Source build.sh in bash (as the linter does) and read its variables."""
+    dump = "; ".join(
+        f'printf "%s\\x1e" {name}; printf "%s\\x1f" "${{{name}[@]}}"; printf "\\x1d"' for name in FIELDS
+    )
+    code = f"set +e +u; TERMUX_PKG_API_LEVEL=24; . {str(script)!r} >/dev/null 2>&1; {dump}"
+    out = subprocess.run(["bash", "-c", code], capture_output=True, text=True, check=True).stdout
+    fields = {}
+    for record in out.split("\x1d"):
+        if "\x1e" in record:
+            name, values = record.split("\x1e", 1)
+            fields[name] = [v for v in values.split(SEP)[:-1]]
+    return {k: v for k, v in fields.items() if any(v)}
+
+
+def check_indentation(lines: list[str]) -> list[str]:
+    problems = []
+    in_array = False
+    heredoc_end = None
+    for number, line in enumerate(lines, 1):
+        if heredoc_end is not None:
+            if line.strip() == heredoc_end:
+                heredoc_end = None
+            continue
+        match = re.search(r"[^(/%#]<<-?\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?", line)
+        if match and "<<<" not in line:
+            heredoc_end = match.group(1)
+        if re.match(r"^(\t+ +| +\t+)", line):
+            problems.append(f"line {number}: mixed indentation")
+        if "=(" in line:
+            in_array = True
+        if not in_array and line.startswith(" "):
+            problems.append(f"line {number}: indent with tabs")
+        if line.endswith(")"):
+            in_array = False
+    return problems
+
+
+def lint(package_dir: Path) -> list[str]:
+    problems: list[str] = []
+    name = package_dir.name
+    script = package_dir / "build.sh"
+    if not script.is_file():
+        return [f"{name}: no build.sh"]
+    if not PACKAGE_NAME.match(name) or len(name) < 2:
+        problems.append(f"invalid package name {name!r}")
+    raw = script.read_bytes()
+    if raw.endswith(b"\n\n"):
+        problems.append("duplicate newlines at the end")
+    if not raw.endswith(b"\n"):
+        problems.append("no newline at the end")
+    if script.stat().st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH):
+        problems.append("build.sh must not be executable")
+    text = raw.decode()
+    lines = text.split("\n")
+    problems += check_indentation(lines)
+    syntax = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    if syntax.returncode or syntax.stderr:
+        problems.append(f"bash -n: {syntax.stderr.strip()}")
+    problems += [f"line {i}: trailing whitespace" for i, line in enumerate(lines, 1) if line != line.rstrip()]
+    fields = read_fields(script)
+
+    def one(key: str) -> str:
+        return fields.get(key, [""])[0]
+
+    for key in ("TERMUX_PKG_HOMEPAGE", "TERMUX_PKG_DESCRIPTION", "TERMUX_PKG_LICENSE", "TERMUX_PKG_MAINTAINER",
+                "TERMUX_PKG_VERSION"):
+        if not one(key):
+            problems.append(f"{key} is not set")
+    if len(one("TERMUX_PKG_DESCRIPTION")) > 100:
+        problems.append("TERMUX_PKG_DESCRIPTION is longer than 100 characters")
+    for lic in filter(None, (x.strip() for x in one("TERMUX_PKG_LICENSE").split(","))):
+        if lic not in LICENSES and "custom" not in lic and lic != "non-free":
+            problems.append(f"unknown licence {lic!r}")
+    version = one("TERMUX_PKG_VERSION")
+    if version and not VERSION.match(version):
+        problems.append(f"invalid version {version!r}")
+    revision = one("TERMUX_PKG_REVISION")
+    if revision and not (revision.isdigit() and 1 <= int(revision) <= 999999999):
+        problems.append(f"invalid revision {revision!r}")
+    api = one("TERMUX_PKG_API_LEVEL")
+    if api and not (api.isdigit() and int(api) >= 24):
+        problems.append("TERMUX_PKG_API_LEVEL must be >= 24")
+    urls = fields.get("TERMUX_PKG_SRCURL", [])
+    sums = fields.get("TERMUX_PKG_SHA256", [])
+    if not urls and one("TERMUX_PKG_SKIP_SRC_EXTRACT") != "true":
+        problems.append("TERMUX_PKG_SRCURL is not set")
+    for url in urls:
+        if not url.startswith(("https://", "git+https://")):
+            problems.append(f"SRCURL {url!r} is neither https:// nor git+https://")
+    if sums:
+        if len(sums) != len(urls):
+            problems.append("TERMUX_PKG_SRCURL and TERMUX_PKG_SHA256 have different lengths")
+        for digest in sums:
+            if digest != "SKIP_CHECKSUM" and not re.fullmatch(r"[0-9a-f]{64}", digest):
+                problems.append(f"malformed SHA-256 {digest!r}")
+    elif urls and not urls[0].startswith("git+"):
+        problems.append("TERMUX_PKG_SHA256 is not set (needed unless SRCURL is a git repository)")
+    for key in BOOLEANS:
+        if key in fields and one(key) not in ("true", "false"):
+            problems.append(f"{key} must be true or false, not {one(key)!r}")
+    for key in ("TERMUX_PKG_RM_AFTER_INSTALL", "TERMUX_PKG_CONFFILES"):
+        for path in " ".join(fields.get(key, [])).split():
+            if path.startswith("/"):
+                problems.append(f"{key}: {path!r} must be relative to the prefix")
+    service = fields.get("TERMUX_PKG_SERVICE_SCRIPT", [])
+    if len(service) % 2:
+        problems.append("TERMUX_PKG_SERVICE_SCRIPT must hold name/command pairs")
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    root = Path(__file__).resolve().parents[2] / "packaging" / "termux"
+    dirs = [Path(a) for a in argv] or sorted(p for p in root.iterdir() if p.is_dir())
+    failed = False
+    for package_dir in dirs:
+        problems = lint(package_dir)
+        print(f"{package_dir.name}: {'PASS' if not problems else 'FAIL'}")
+        for problem in problems:
+            print(f"  - {problem}")
+        failed |= bool(problems)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
