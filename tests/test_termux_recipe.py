@@ -8,13 +8,12 @@ import shutil
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from support import REPO
 
 sys.path.insert(0, str(REPO / "tools" / "termux"))
-from lint_recipe import lint  # noqa: E402
+from lint_recipe import lint
 
 RECIPE = REPO / "packaging" / "termux" / "python-mnn-engine"
 
