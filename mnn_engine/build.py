@@ -50,3 +50,14 @@ def backend_capabilities() -> dict[str, dict[str, bool]]:
         available = name == "cpu" or (is_compiled and (name in assumed or _loadable(_DRIVER_LIBRARIES[name])))
         caps[name] = {"compiled": is_compiled, "available": available}
     return caps
+
+
+def require_backend(name: str) -> None:
+    """Raise ``backend_unavailable`` unless ``name`` is usable here: MNN itself
+    would quietly fall back to the CPU."""
+    from .errors import MnnEngineError
+
+    caps = backend_capabilities().get(name)
+    if caps is None or not caps["available"]:
+        state = "not compiled into this build" if not caps or not caps["compiled"] else "not usable on this device"
+        raise MnnEngineError("backend_unavailable", f"backend {name!r} is {state}", param="backend")

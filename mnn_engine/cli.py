@@ -162,7 +162,8 @@ def _info(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- generation
 def _load_options(args: argparse.Namespace) -> LoadOptions:
-    return LoadOptions(backend=args.backend, use_mmap=args.mmap, precision=args.precision, threads=args.threads)
+    return LoadOptions(backend=args.backend, use_mmap=args.mmap, precision=args.precision, threads=args.threads,
+                       dynamic_option=getattr(args, "dynamic_option", None))
 
 
 def _chat(args: argparse.Namespace) -> int:
@@ -223,6 +224,22 @@ def _generate(args: argparse.Namespace) -> int:
             "prefill_tokens_per_second": round(result.prefill_tokens_per_second, 1),
             "decode_tokens_per_second": round(result.decode_tokens_per_second, 1),
         }), file=sys.stderr)
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from . import bench
+
+    progress = None if args.json else bench.stderr_progress
+    options = _load_options(args)
+    if args.tune:
+        result = bench.tune(args.model, options, prompt_len=args.prompt_len, gen=args.gen, runs=args.runs,
+                            progress=progress)
+        print(json.dumps(result, indent=2) if args.json else bench.format_tune(result))
+        return 0
+    report = bench.bench(args.model, options, prompt_len=args.prompt_len, gen=args.gen, runs=args.runs,
+                         progress=progress)
+    print(json.dumps(report, indent=2) if args.json else bench.format_report(report))
     return 0
 
 
@@ -352,6 +369,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-file-urls", action="store_true", help="accept file:// image URLs (local files)")
     _add_load_options(p)
     p.set_defaults(func=_serve)
+
+    p = commands.add_parser("bench", help="measure load time, prefill/decode speed and memory on this device")
+    p.add_argument("model", help="a store ID or a model directory")
+    p.add_argument("--prompt-len", type=int, default=128, help="prompt tokens (default 128)")
+    p.add_argument("--gen", type=int, default=128, help="generated tokens per run, end tokens ignored (default 128)")
+    p.add_argument("--runs", type=int, default=5, help="measured runs (default 5)")
+    p.add_argument("--dynamic-option", type=int, default=None, help="MNN dynamic_option 0..8")
+    p.add_argument("--tune", action="store_true",
+                   help="try thread counts and MNN options; save the fastest as the model's preset")
+    p.add_argument("--json", action="store_true")
+    _add_load_options(p)
+    p.set_defaults(func=_bench)
 
     p = commands.add_parser("generate", help="answer one prompt, streaming the reply")
     p.add_argument("model", help="a store ID or a model directory")

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .build import BACKENDS, backend_capabilities
+from .build import BACKENDS, backend_capabilities, require_backend
 from .errors import MnnEngineError, invalid
 from .llm import GenerationResult, Llm, Prompt
 from .models import ModelStore
@@ -47,12 +47,15 @@ _DONE = object()
 class LoadOptions:
     """How to load a model: ``backend`` (cpu, opencl, vulkan; hexagon is
     experimental), ``use_mmap`` (weights memory-mapped from a cache file in the
-    model's cache directory), ``precision`` (low or high) and ``threads`` (1..8)."""
+    model's cache directory), ``precision`` (low or high), ``threads`` (1..8)
+    and MNN's ``dynamic_option`` (0..8; None keeps MNN's default), which
+    trades memory for speed in its low-memory int4/int8 kernels."""
 
     backend: str = "cpu"
     use_mmap: bool = False
     precision: str = "low"
     threads: int = 4
+    dynamic_option: int | None = None
 
     def validate(self) -> LoadOptions:
         if self.backend not in BACKENDS:
@@ -63,17 +66,23 @@ class LoadOptions:
             raise invalid("threads", f"must be an integer from 1 to {MAX_THREADS} (got {self.threads!r})")
         if not isinstance(self.use_mmap, bool):
             raise invalid("use_mmap", "must be true or false")
+        if self.dynamic_option is not None and (isinstance(self.dynamic_option, bool)
+                                                or self.dynamic_option not in range(9)):
+            raise invalid("dynamic_option", f"must be an integer from 0 to 8 (got {self.dynamic_option!r})")
         return self
 
     def mnn_config(self, cache_dir: Path) -> dict[str, Any]:
         """The MNN config keys these options set."""
-        return {
+        config: dict[str, Any] = {
             "backend_type": self.backend,
             "thread_num": self.threads,
             "precision": self.precision,
             "use_mmap": self.use_mmap,
             "tmp_path": str(cache_dir),
         }
+        if self.dynamic_option is not None:
+            config["dynamic_option"] = self.dynamic_option
+        return config
 
 
 class Engine:
@@ -159,16 +168,19 @@ class Engine:
     def load(self, model: str | os.PathLike[str], options: LoadOptions | None = None,
              **option_kwargs: Any) -> dict[str, Any]:
         """Load a model (a store ID or a model directory) as the active model,
-        replacing the current one. Returns the model part of the snapshot."""
+        replacing the current one. Without options, a store model's tuned
+        preset (``bench --tune``) is used when it has one. Returns the model
+        part of the snapshot."""
+        model_id, path = self.store.resolve(model)
+        if options is None and not option_kwargs and model_id is not None:
+            preset = self.store.preset(model_id)
+            if preset is not None:
+                options = LoadOptions(**preset)
         try:
             opts = replace(options or LoadOptions(), **option_kwargs).validate()
         except TypeError as exc:
             raise invalid("options", str(exc)) from exc
-        caps = backend_capabilities()[opts.backend]
-        if not caps["available"]:
-            state = "not compiled into this build" if not caps["compiled"] else "not usable on this device"
-            raise MnnEngineError("backend_unavailable", f"backend {opts.backend!r} is {state}", param="backend")
-        model_id, path = self.store.resolve(model)
+        require_backend(opts.backend)
         with self._lock:
             if self._server_state != "stopped" and self._llm is not None:
                 raise MnnEngineError("server_running", "stop the server before replacing the active model")

@@ -10,6 +10,7 @@ import math
 import os
 import queue
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -130,6 +131,8 @@ class Llm:
         self._template_context: dict[str, Any] = {}
         self._chat_template: str | None = None
         self.last_result: GenerationResult | None = None
+        self.load_seconds = 0.0  # of the last load(): reading the model, and the warm-up forward
+        self.warmup_seconds = 0.0
 
     # ------------------------------------------------------------------ lifecycle
     def load(self) -> Llm:
@@ -137,11 +140,13 @@ class Llm:
         with self._state_lock:
             if self._core is not None:
                 return self
+            started = time.perf_counter()
             with captured_native_output() as lines:
                 core = _mnn.LlmCore(str(self.config_path))
                 if self.config_overrides:
                     core.set_config(json.dumps(self.config_overrides))
                 ok = core.load()
+            loaded = time.perf_counter()
             if not ok:
                 _close_core(core)
                 detail = "; ".join(lines) or "no message from MNN"
@@ -149,7 +154,9 @@ class Llm:
             self._core = core
             self._finalizer = weakref.finalize(self, _close_core, core)
             config = json.loads(core.dump_config())
-            self._vocab_size = core.vocab_size()
+            self._vocab_size = core.vocab_size()  # one short forward: the warm-up
+            self.load_seconds = loaded - started
+            self.warmup_seconds = time.perf_counter() - loaded
             self._context_limit = int(config.get("max_all_tokens", _DEFAULT_CONTEXT))
             self._sampling_defaults = _sampler_defaults(config)
             jinja = config.get("jinja") if isinstance(config.get("jinja"), dict) else {}

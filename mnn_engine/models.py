@@ -15,6 +15,7 @@ model that lists or loads.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -284,6 +285,7 @@ class ModelStore:
         Path(info.path).rename(trash)  # disappears from listings at once
         shutil.rmtree(trash, ignore_errors=True)
         shutil.rmtree(self.cache_dir / model_id, ignore_errors=True)
+        self.preset_path(model_id).unlink(missing_ok=True)
 
     # ---------------------------------------------------------------- caches
     def cache_info(self, model_id: str | None = None) -> dict[str, int]:
@@ -307,6 +309,28 @@ class ModelStore:
             freed += _dir_size(path)
             shutil.rmtree(path, ignore_errors=True)
         return freed
+
+    # ---------------------------------------------------------------- presets
+    def preset_path(self, model_id: str) -> Path:
+        return self.root / "presets" / f"{check_model_id(model_id)}.json"
+
+    def preset(self, model_id: str) -> dict[str, Any] | None:
+        """The load options saved by ``bench --tune`` for this model, if any."""
+        try:
+            data = json.loads(self.preset_path(model_id).read_text())
+        except (OSError, ValueError):
+            return None
+        options = data.get("options") if isinstance(data, dict) else None
+        return options if isinstance(options, dict) else None
+
+    def save_preset(self, model_id: str, options: dict[str, Any], measurements: dict[str, Any]) -> Path:
+        self.get(model_id)
+        path = self.preset_path(model_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"options": options, "measured": measurements, "saved": time.time()}, indent=2))
+        tmp.replace(path)
+        return path
 
     def touch(self, model_id: str) -> None:
         """Mark a model as the last one loaded (for ``serve`` without MODEL)."""

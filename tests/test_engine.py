@@ -34,7 +34,7 @@ def _codes(action) -> str:
 # ---------------------------------------------------------------- options and backends
 @pytest.mark.parametrize("options", [
     {"threads": 0}, {"threads": 9}, {"threads": True}, {"threads": 2.5},
-    {"backend": "cuda"}, {"precision": "medium"}, {"use_mmap": "yes"},
+    {"backend": "cuda"}, {"precision": "medium"}, {"use_mmap": "yes"}, {"dynamic_option": 9},
 ])
 def test_load_options_are_validated(options):
     assert _codes(lambda: LoadOptions(**options).validate()) == "invalid_argument"
@@ -61,7 +61,8 @@ def test_unavailable_backend_is_an_error_not_a_fallback(engine):
 def test_loaded_model_records_its_options(engine):
     model = engine.load("scripted", threads=2, precision="high")
     assert model["id"] == "scripted" and model["state"] == "loaded"
-    assert model["options"] == {"backend": "cpu", "use_mmap": False, "precision": "high", "threads": 2}
+    assert model["options"] == {"backend": "cpu", "use_mmap": False, "precision": "high", "threads": 2,
+                                "dynamic_option": None}
     assert engine.snapshot()["engine"] == "ready"
     assert engine.store.cache_path("scripted").is_dir()  # MNN's tmp_path lives in the store
 

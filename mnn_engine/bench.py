@@ -1,0 +1,178 @@
+"""``python -m mnn_engine bench``: how fast a model runs on this device.
+
+Measures load time, warm-up time, prefill and decode tokens/s, time to first
+token and peak memory over several runs (p50/p90/p99). Generation ignores end
+tokens so that every run produces the asked length. ``--tune`` tries thread
+counts and MNN options and saves the fastest as the model's preset, which
+``Engine.load`` then uses unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
+from typing import Any
+
+from .build import require_backend
+from .engine import LoadOptions
+from .errors import MnnEngineError, invalid
+from .llm import Llm
+from .models import ModelStore
+
+TEXT = (
+    "Rivers carve valleys over millions of years, carrying sand and silt from the mountains to the sea. "
+    "Along the way they feed forests, farms and cities, and every bend tells a story of floods, droughts "
+    "and the slow patience of water. "
+)
+METRICS = ("prefill_tokens_per_second", "decode_tokens_per_second", "time_to_first_token_ms")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..100)."""
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    pos = (len(ordered) - 1) * q / 100
+    low, high = int(pos), min(int(pos) + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def peak_rss_mib() -> float:
+    """Peak resident memory of this process so far (Linux/Android report KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def prompt_ids(llm: Llm, length: int) -> list[int]:
+    ids: list[int] = []
+    while len(ids) < length:
+        ids = llm.tokenize(TEXT * (len(ids) // 20 + 2 + length // 20))
+    return ids[:length]
+
+
+def bench(model: str | os.PathLike[str], options: LoadOptions, *, prompt_len: int = 128, gen: int = 128,
+          runs: int = 5, store: ModelStore | None = None,
+          progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Load ``model`` with ``options`` and measure; returns a JSON-ready report."""
+    for name, value, low in (("prompt_len", prompt_len, 1), ("gen", gen, 2), ("runs", runs, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise invalid(name, f"must be an integer >= {low}")
+    options = options.validate()
+    require_backend(options.backend)
+    store = store or ModelStore()
+    model_id, path = store.resolve(model)
+    cache = store.cache_path(model_id) if model_id else store.cache_dir / "bench"
+    cache.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    llm = Llm(path, **options.mnn_config(cache), max_all_tokens=max(2048, prompt_len + gen + 8)).load()
+    total_load = time.perf_counter() - started
+    try:
+        ids = prompt_ids(llm, prompt_len)
+        samples = []
+        for i in range(runs):
+            result = llm.generate(ids, temperature=0, max_tokens=gen, ignore_eos=True)
+            samples.append({
+                "prefill_tokens_per_second": result.prefill_tokens_per_second,
+                "decode_tokens_per_second": result.decode_tokens_per_second,
+                "time_to_first_token_ms": result.time_to_first_token_ms,
+                "completion_tokens": result.completion_tokens,
+            })
+            if progress:
+                progress(f"run {i + 1}/{runs}: decode {result.decode_tokens_per_second:.1f} tok/s")
+        stats = {
+            metric: {f"p{q}": percentile([s[metric] for s in samples], q) for q in (50, 90, 99)}
+            | {"mean": statistics.fmean(s[metric] for s in samples)}
+            for metric in METRICS
+        }
+        return {
+            "model": model_id or str(path),
+            "options": asdict(options),
+            "prompt_len": prompt_len,
+            "gen": gen,
+            "runs": runs,
+            "load_seconds": llm.load_seconds,
+            "warmup_seconds": llm.warmup_seconds,
+            "total_load_seconds": total_load,
+            "peak_rss_mib": peak_rss_mib(),
+            "stats": stats,
+            "samples": samples,
+        }
+    finally:
+        llm.close()
+
+
+def tune_candidates(base: LoadOptions, cpu_count: int) -> list[LoadOptions]:
+    """Thread counts up to the cores (max 8), precision, MNN's dynamic_option."""
+    threads = sorted({t for t in (1, 2, 3, 4, 6, 8) if t <= max(1, min(cpu_count, 8))})
+    candidates = [replace(base, threads=t) for t in threads]
+    best_guess = replace(base, threads=threads[-1])
+    candidates += [replace(best_guess, precision="high"), replace(best_guess, dynamic_option=8)]
+    unique: list[LoadOptions] = []
+    for c in candidates:
+        if c not in unique:
+            unique.append(c)
+    return unique
+
+
+def tune(model: str, base: LoadOptions, *, prompt_len: int, gen: int, runs: int, store: ModelStore | None = None,
+         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Benchmark each candidate in a fresh load and save the fastest decode as the preset."""
+    store = store or ModelStore()
+    model_id, _ = store.resolve(model)
+    if model_id is None:
+        raise MnnEngineError("invalid_argument", "--tune needs a model in the store (import it first)",
+                             param="model")
+    table = []
+    for options in tune_candidates(base, os.cpu_count() or 1):
+        if progress:
+            progress(f"trying {_describe(options)}")
+        report = bench(model_id, options, prompt_len=prompt_len, gen=gen, runs=runs, store=store)
+        table.append({"options": asdict(options), "decode_p50": report["stats"]["decode_tokens_per_second"]["p50"],
+                      "prefill_p50": report["stats"]["prefill_tokens_per_second"]["p50"],
+                      "load_seconds": report["load_seconds"]})
+    best = max(table, key=lambda row: row["decode_p50"])
+    path = store.save_preset(model_id, best["options"], best)
+    return {"model": model_id, "table": table, "best": best, "preset": str(path)}
+
+
+def _describe(options: LoadOptions) -> str:
+    extra = f" dynamic_option={options.dynamic_option}" if options.dynamic_option is not None else ""
+    mmap = " mmap" if options.use_mmap else ""
+    return f"{options.backend} {options.threads} threads {options.precision}{mmap}{extra}"
+
+
+def format_report(report: dict[str, Any]) -> str:
+    o = report["options"]
+    lines = [
+        f"model {report['model']}  backend {o['backend']}  threads {o['threads']}  precision {o['precision']}"
+        f"{'  mmap' if o['use_mmap'] else ''}  prompt {report['prompt_len']}  gen {report['gen']}  "
+        f"runs {report['runs']}",
+        f"load {report['load_seconds']:.2f} s   warm-up {report['warmup_seconds']:.3f} s   "
+        f"peak RSS {report['peak_rss_mib']:.0f} MiB",
+        f"{'':<24}{'p50':>10}{'p90':>10}{'p99':>10}",
+    ]
+    names = {"prefill_tokens_per_second": "prefill tok/s", "decode_tokens_per_second": "decode tok/s",
+             "time_to_first_token_ms": "time to first token ms"}
+    for metric, label in names.items():
+        s = report["stats"][metric]
+        lines.append(f"{label:<24}{s['p50']:>10.1f}{s['p90']:>10.1f}{s['p99']:>10.1f}")
+    return "\n".join(lines)
+
+
+def format_tune(result: dict[str, Any]) -> str:
+    lines = [f"{'options':<40}{'decode tok/s':>14}{'prefill tok/s':>15}{'load s':>9}"]
+    for row in result["table"]:
+        mark = "  <- best" if row is result["best"] else ""
+        lines.append(f"{_describe(LoadOptions(**row['options'])):<40}{row['decode_p50']:>14.1f}"
+                     f"{row['prefill_p50']:>15.1f}{row['load_seconds']:>9.2f}{mark}")
+    lines.append(f"saved preset: {result['preset']}")
+    return "\n".join(lines)
+
+
+def stderr_progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+

@@ -1,0 +1,97 @@
+"""The user-facing bench command: options and output formats (no timing asserts)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from hypothesis import given
+from hypothesis import strategies as st
+from support import test_model_dir
+
+from mnn_engine import Engine, LoadOptions, ModelStore
+from mnn_engine.bench import bench, percentile, tune_candidates
+
+
+def run_cli(home, *args):
+    env = dict(os.environ, MNN_ENGINE_HOME=str(home))
+    return subprocess.run([sys.executable, "-m", "mnn_engine", "bench", *args], capture_output=True, text=True,
+                          env=env, timeout=600, cwd="/")
+
+
+@given(st.lists(st.floats(min_value=0, max_value=1e6), min_size=1, max_size=30))
+def test_percentiles(values):
+    p50, p90, p99 = (percentile(values, q) for q in (50, 90, 99))
+    assert min(values) <= p50 <= p90 <= p99 <= max(values)
+    assert percentile(values, 0) == min(values) and percentile(values, 100) == max(values)
+
+
+def test_bench_json_report(tmp_path):
+    result = run_cli(tmp_path, str(test_model_dir("tiny")), "--json", "--runs", "3", "--gen", "16",
+                     "--prompt-len", "40", "--threads", "1")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["options"]["threads"] == 1 and report["prompt_len"] == 40 and report["gen"] == 16
+    assert len(report["samples"]) == 3
+    assert all(s["completion_tokens"] == 16 for s in report["samples"])  # end tokens ignored
+    for metric in ("prefill_tokens_per_second", "decode_tokens_per_second", "time_to_first_token_ms"):
+        stats = report["stats"][metric]
+        assert 0 < stats["p50"] <= stats["p90"] <= stats["p99"]
+    assert report["load_seconds"] > 0 and report["warmup_seconds"] > 0 and report["peak_rss_mib"] > 10
+
+
+def test_bench_table(tmp_path):
+    result = run_cli(tmp_path, str(test_model_dir("tiny")), "--runs", "2", "--gen", "8", "--prompt-len", "16",
+                     "--threads", "2", "--precision", "high")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "threads 2" in lines[0] and "precision high" in lines[0] and "gen 8" in lines[0]
+    assert lines[1].startswith("load ") and "peak RSS" in lines[1]
+    assert lines[2].split() == ["p50", "p90", "p99"]
+    assert [line.split()[0] for line in lines[3:]] == ["prefill", "decode", "time"]
+    assert "run 2/2" in result.stderr
+
+
+def test_bench_rejects_bad_options(tmp_path):
+    for args, code in ((["--runs", "0"], "invalid_argument"), (["--gen", "1"], "invalid_argument"),
+                       (["--threads", "9"], "invalid_argument"), (["--backend", "vulkan"], "backend_unavailable")):
+        result = run_cli(tmp_path, str(test_model_dir("tiny")), *args)
+        assert result.returncode == 2 and f"[{code}]" in result.stderr, (args, result.stderr)
+    missing = run_cli(tmp_path, "no-such-model")
+    assert missing.returncode == 2 and "[model_not_found]" in missing.stderr
+
+
+def test_tune_candidates_cover_threads_and_options():
+    candidates = tune_candidates(LoadOptions(), cpu_count=4)
+    assert [c.threads for c in candidates if c.precision == "low" and c.dynamic_option is None] == [1, 2, 3, 4]
+    assert any(c.precision == "high" for c in candidates) and any(c.dynamic_option == 8 for c in candidates)
+    assert len(candidates) == len(set(candidates))
+
+
+def test_tune_saves_a_preset_that_load_uses(tmp_path):
+    store = ModelStore(tmp_path / "home")
+    store.import_model(test_model_dir("tiny"), model_id="tiny")
+    result = run_cli(tmp_path / "home", "tiny", "--tune", "--json", "--runs", "1", "--gen", "8",
+                     "--prompt-len", "16")
+    assert result.returncode == 0, result.stderr
+    tuned = json.loads(result.stdout)
+    assert len(tuned["table"]) >= 3 and tuned["best"] in tuned["table"]
+    assert store.preset("tiny") == tuned["best"]["options"]
+    engine = Engine(store)
+    try:
+        loaded = engine.load("tiny")
+        assert loaded["options"] == tuned["best"]["options"]
+        explicit = engine.load("tiny", threads=1, precision="low")  # told otherwise
+        assert explicit["options"]["threads"] == 1 and explicit["options"]["dynamic_option"] is None
+    finally:
+        engine.close()
+    store.delete("tiny")
+    assert store.preset("tiny") is None
+
+
+def test_bench_api_directly(tmp_path):
+    report = bench(str(test_model_dir("tiny")), LoadOptions(threads=1), prompt_len=8, gen=4, runs=1,
+                   store=ModelStore(tmp_path))
+    assert report["samples"][0]["completion_tokens"] == 4
