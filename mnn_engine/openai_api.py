@@ -119,6 +119,8 @@ def _parse_options(body: Mapping[str, Any], request: ChatRequest) -> None:
             request.sampling[name] = body[name]
     if body.get("stop") is not None:
         request.sampling["stop"] = body["stop"]
+    if body.get("ignore_eos") is not None:  # llama.cpp's extension: generate the full max_tokens
+        request.sampling["ignore_eos"] = _flag(body, "ignore_eos")
     request.stream = _flag(body, "stream")
     options = body.get("stream_options")
     if options is not None:

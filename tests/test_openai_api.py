@@ -57,6 +57,11 @@ def test_sampling_fields_pass_through_and_unknown_fields_are_ignored():
                                 "logit_bias": {"42": -100}, "stop": ["x"]}
 
 
+def test_ignore_eos_extension():
+    assert parse(ignore_eos=True).sampling["ignore_eos"] is True
+    assert code_and_param({"messages": USER, "ignore_eos": "yes"}) == ("invalid_argument", "ignore_eos")
+
+
 def test_stream_usage_logprobs_thinking():
     request = parse(stream=True, stream_options={"include_usage": True}, logprobs=True, top_logprobs=2)
     assert request.stream and request.include_usage and request.logprobs

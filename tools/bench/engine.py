@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Our Cython generation loop versus MNN's own loop, on one loaded model.
 
-Usage: python tools/bench/engine.py [--model DIR] [--threads 2] [--prompt-len 128]
+Usage: python tools/bench/engine.py [--model DIR] [--threads 1 2] [--prompt-len 128]
                                     [--gen 128] [--iters 5] [--json OUT.json]
 
 Both loops run in the same process on the same loaded model (the same
@@ -26,25 +26,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-TEXT = (
-    "Rivers carve valleys over millions of years, carrying sand and silt from the mountains "
-    "to the sea. Along the way they feed forests, farms and cities, and every bend tells a "
-    "story of floods, droughts and the slow patience of water. "
-)
-
-
-def default_model() -> Path:
-    out = subprocess.run(
-        [sys.executable, str(REPO / "tools/models/build_test_models.py"), "qwen3-0.6b-shape"],
-        check=True, stdout=subprocess.PIPE, text=True,
-    ).stdout.strip().splitlines()
-    return Path(out[-1])
+from common import machine, save, test_model  # tools/bench is on sys.path when run as a script
 
 
 def ours(llm, ids: list[int], gen: int, with_callback: bool) -> dict[str, float]:
@@ -72,13 +57,13 @@ def mnn(llm, ids: list[int], gen: int) -> dict[str, float]:
 
 def bench(model: Path, threads: int, prompt_len: int, gen: int, iters: int) -> dict:
     from mnn_engine import Llm
+    from mnn_engine.bench import prompt_ids
 
     started = time.perf_counter()
     llm = Llm(model, thread_num=threads, sampler_type="greedy", max_new_tokens=gen,
               max_all_tokens=max(2048, prompt_len + gen + 8)).load()
     load_s = time.perf_counter() - started
-    ids = (llm.tokenize(TEXT * (prompt_len // 20 + 2)))[:prompt_len]
-    assert len(ids) == prompt_len
+    ids = prompt_ids(llm, prompt_len)
     runners = {
         "mnn": lambda: mnn(llm, ids, gen),
         "ours": lambda: ours(llm, ids, gen, with_callback=False),
@@ -124,21 +109,23 @@ def report(result: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=None)
-    parser.add_argument("--threads", type=int, nargs="+", default=[2])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--gen", type=int, default=128)
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--json", type=Path, default=None, help="write all samples and medians here")
     args = parser.parse_args()
-    model = args.model or default_model()
+    model = args.model or test_model("qwen3-0.6b-shape")
     results = []
     for threads in args.threads:
         result = bench(model, threads, args.prompt_len, args.gen, args.iters)
         print(report(result), flush=True)
         results.append(result)
+    record = {"machine": machine(), "results": results}
+    print(f"saved {save('loop', record)}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps(record, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,62 @@
+"""Shared helpers of the benchmark suite (run from the repository root)."""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "bench-results"
+
+
+def test_model(name: str) -> Path:
+    """A generated model directory (built on first use)."""
+    out = subprocess.run([sys.executable, str(REPO / "tools/models/build_test_models.py"), name], check=True,
+                         stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()
+    return Path(out[-1])
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def quantile(values: list[float], q: float) -> float:
+    from mnn_engine.bench import percentile
+
+    return percentile(values, q)
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import os
+
+    return {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform(), "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def save(name: str, data: Any) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+def vm_hwm_mib(pid: int) -> float:
+    """Peak resident memory of a process (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Streaming over HTTP (SSE on loopback) versus direct engine calls.
+
+Usage: python tools/bench/http_stream.py [--model DIR] [--threads 2] [--prompt-len 128] [--gen 128] [--iters 5]
+
+One engine, one loaded model; direct runs (``Engine.generate`` with a
+callback) and HTTP runs (a raw-socket client reading the SSE stream of
+``/v1/chat/completions``) alternate. Both are timed from the client's side:
+time to first token = request start to the first piece of text; decode
+tokens/s = (pieces - 1) / (last piece - first piece). Ratios: HTTP decode /
+direct decode (target >= 0.98); HTTP TTFT - direct TTFT (target <= 5 ms).
+Also: /health latency while a generation streams (p50/p99, target p99 <=
+10 ms) and how many pieces still arrive after ``cancel()`` (target <= 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import threading
+import time
+import urllib.parse
+
+from common import machine, median, quantile, save, test_model  # tools/bench is on sys.path
+
+
+def direct_run(engine, messages, gen: int) -> dict[str, float]:
+    stamps: list[float] = []
+    start = time.perf_counter()
+    engine.generate(messages, callback=lambda _p: stamps.append(time.perf_counter()), temperature=0,
+                    max_tokens=gen, ignore_eos=True)
+    return {"ttft_ms": (stamps[0] - start) * 1e3, "decode_tps": (len(stamps) - 1) / (stamps[-1] - stamps[0]),
+            "pieces": len(stamps)}
+
+
+def http_run(host: str, port: int, messages, gen: int) -> dict[str, float]:
+    body = json.dumps({"messages": messages, "stream": True, "temperature": 0, "max_tokens": gen,
+                       "ignore_eos": True}).encode()
+    request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    stamps: list[float] = []
+    buffer = b""
+    start = time.perf_counter()
+    with socket.create_connection((host, port)) as sock:
+        sock.sendall(request)
+        while b"data: [DONE]" not in buffer:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            now = time.perf_counter()
+            buffer += chunk
+            while b"\n\n" in buffer:
+                event, buffer = buffer.split(b"\n\n", 1)
+                if b'"content":"' in event and b'"content":""' not in event:
+                    stamps.append(now)
+                elif b"[DONE]" in event:
+                    buffer = b"data: [DONE]"
+    return {"ttft_ms": (stamps[0] - start) * 1e3, "decode_tps": (len(stamps) - 1) / (stamps[-1] - stamps[0]),
+            "pieces": len(stamps)}
+
+
+def health_latency(host: str, port: int, engine, messages, seconds: float = 3.0) -> list[float]:
+    """/health round trips (ms) measured while a long generation streams to another client."""
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: engine.generate(
+        messages, callback=lambda _p: None, temperature=0, max_tokens=100000, ignore_eos=True))
+    worker.start()
+    time.sleep(0.2)
+    latencies = []
+    deadline = time.monotonic() + seconds
+    request = b"GET /health HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n"
+    while time.monotonic() < deadline:
+        start = time.perf_counter()
+        with socket.create_connection((host, port)) as sock:
+            sock.sendall(request)
+            while sock.recv(65536):
+                pass
+        latencies.append((time.perf_counter() - start) * 1e3)
+        time.sleep(0.005)
+    engine.cancel_generation()
+    worker.join()
+    done.set()
+    return latencies
+
+
+def pieces_after_cancel(engine, messages) -> int:
+    """Pieces that arrive after cancel() returned (cancel fired from another thread)."""
+    seen: list[float] = []
+    cancelled_at: list[float] = []
+
+    def cancel() -> None:
+        engine.cancel_generation()
+        cancelled_at.append(time.perf_counter())
+
+    def on_piece(_p: str) -> None:
+        seen.append(time.perf_counter())
+        if len(seen) == 5:
+            threading.Thread(target=cancel).start()
+
+    engine.generate(messages, callback=on_piece, temperature=0, max_tokens=100000, ignore_eos=True)
+    return sum(1 for t in seen if cancelled_at and t > cancelled_at[0])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--gen", type=int, default=128)
+    parser.add_argument("--iters", type=int, default=5)
+    args = parser.parse_args()
+
+    import tempfile
+
+    from mnn_engine import Engine, ModelStore
+    from mnn_engine.bench import TEXT
+
+    model = args.model or str(test_model("qwen3-0.6b-shape"))
+    engine = Engine(ModelStore(tempfile.mkdtemp(prefix="mnn-bench-")))
+    engine.load(model, threads=args.threads)
+    messages = [{"role": "user", "content": TEXT * max(1, args.prompt_len // 45)}]
+    url = engine.start_server(port=0)
+    parts = urllib.parse.urlsplit(url)
+    try:
+        direct_run(engine, messages, 8)
+        http_run(parts.hostname, parts.port, messages, 8)
+        direct, over_http = [], []
+        for i in range(args.iters):
+            order = [0, 1] if i % 2 == 0 else [1, 0]
+            for which in order:
+                if which == 0:
+                    direct.append(direct_run(engine, messages, args.gen))
+                else:
+                    over_http.append(http_run(parts.hostname, parts.port, messages, args.gen))
+        latencies = health_latency(parts.hostname, parts.port, engine, messages)
+        after_cancel = [pieces_after_cancel(engine, messages) for _ in range(10)]
+    finally:
+        engine.close()
+    result = {
+        "machine": machine(), "model": model, "threads": args.threads, "gen": args.gen, "iters": args.iters,
+        "direct": {"decode_tps": median([r["decode_tps"] for r in direct]),
+                   "ttft_ms": median([r["ttft_ms"] for r in direct])},
+        "http": {"decode_tps": median([r["decode_tps"] for r in over_http]),
+                 "ttft_ms": median([r["ttft_ms"] for r in over_http])},
+        "health_ms": {"p50": quantile(latencies, 50), "p99": quantile(latencies, 99), "n": len(latencies)},
+        "pieces_after_cancel": {"max": max(after_cancel), "all": after_cancel},
+    }
+    result["http_over_direct_decode"] = result["http"]["decode_tps"] / result["direct"]["decode_tps"]
+    result["http_minus_direct_ttft_ms"] = result["http"]["ttft_ms"] - result["direct"]["ttft_ms"]
+    print(f"direct  decode {result['direct']['decode_tps']:.2f} tok/s  TTFT {result['direct']['ttft_ms']:.1f} ms")
+    print(f"HTTP    decode {result['http']['decode_tps']:.2f} tok/s  TTFT {result['http']['ttft_ms']:.1f} ms")
+    print(f"ratio HTTP/direct decode {result['http_over_direct_decode']:.3f} (target >= 0.98); "
+          f"TTFT difference {result['http_minus_direct_ttft_ms']:+.1f} ms (target <= 5)")
+    print(f"/health while generating: p50 {result['health_ms']['p50']:.2f} ms, p99 {result['health_ms']['p99']:.2f} ms "
+          f"over {len(latencies)} requests (target p99 <= 10)")
+    print(f"pieces after cancel(): max {max(after_cancel)} over {len(after_cancel)} trials (target <= 1)")
+    print(f"saved {save('http', result)}")
+
+
+if __name__ == "__main__":
+    main()
