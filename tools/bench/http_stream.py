@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import socket
 import threading
 import time
@@ -113,7 +114,7 @@ def main() -> None:
 
     import tempfile
 
-    from mnn_engine import Engine, ModelStore
+    from mnn_engine import Engine, ModelStore, jsonutil
     from mnn_engine.bench import TEXT
 
     model = args.model or str(test_model("qwen3-0.6b-shape"))
@@ -122,9 +123,11 @@ def main() -> None:
     messages = [{"role": "user", "content": TEXT * max(1, args.prompt_len // 45)}]
     url = engine.start_server(port=0)
     parts = urllib.parse.urlsplit(url)
+    # the HTTP client runs in its own process, as a real client would
+    client = multiprocessing.get_context("spawn").Pool(1)
     try:
         direct_run(engine, messages, 8)
-        http_run(parts.hostname, parts.port, messages, 8)
+        client.apply(http_run, (parts.hostname, parts.port, messages, 8))
         direct, over_http = [], []
         for i in range(args.iters):
             order = [0, 1] if i % 2 == 0 else [1, 0]
@@ -132,10 +135,11 @@ def main() -> None:
                 if which == 0:
                     direct.append(direct_run(engine, messages, args.gen))
                 else:
-                    over_http.append(http_run(parts.hostname, parts.port, messages, args.gen))
+                    over_http.append(client.apply(http_run, (parts.hostname, parts.port, messages, args.gen)))
         latencies = health_latency(parts.hostname, parts.port, engine, messages)
         after_cancel = [pieces_after_cancel(engine, messages) for _ in range(10)]
     finally:
+        client.close()
         engine.close()
     result = {
         "machine": machine(), "model": model, "threads": args.threads, "gen": args.gen, "iters": args.iters,
@@ -145,6 +149,8 @@ def main() -> None:
                  "ttft_ms": median([r["ttft_ms"] for r in over_http])},
         "health_ms": {"p50": quantile(latencies, 50), "p99": quantile(latencies, 99), "n": len(latencies)},
         "pieces_after_cancel": {"max": max(after_cancel), "all": after_cancel},
+        "samples": {"direct": direct, "http": over_http},
+        "json": jsonutil.BACKEND,
     }
     result["http_over_direct_decode"] = result["http"]["decode_tps"] / result["direct"]["decode_tps"]
     result["http_minus_direct_ttft_ms"] = result["http"]["ttft_ms"] - result["direct"]["ttft_ms"]

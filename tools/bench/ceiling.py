@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""The memory-bandwidth ceiling of decoding on this machine.
+
+Usage: python tools/bench/ceiling.py [--gib 1] [--repeats 5]
+
+Decoding one token reads every weight once, so tokens/s can never beat
+read bandwidth / weight bytes. Read bandwidth is measured as the best of
+several sums over a large buffer, with 1 thread and with one thread per core
+(numpy releases the GIL in its reductions); the ceiling is given for each
+test model's weight file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from common import machine, save, test_model  # tools/bench is on sys.path
+
+MODELS = ("qwen3-0.6b-shape", "smollm2-135m")
+
+
+def read_bandwidth(buffer: np.ndarray, threads: int, repeats: int) -> float:
+    """Bytes per second, best of ``repeats`` full reads."""
+    parts = np.array_split(buffer, threads)
+    best = float("inf")
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in range(repeats):
+            start = time.perf_counter()
+            list(pool.map(np.sum, parts))
+            best = min(best, time.perf_counter() - start)
+    return buffer.nbytes / best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gib", type=float, default=1.0)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    buffer = np.ones(int(args.gib * (1 << 30)) // 8, dtype=np.int64)
+    cores = os.cpu_count() or 1
+    bandwidth = {t: read_bandwidth(buffer, t, args.repeats) for t in sorted({1, cores})}
+    del buffer
+    models = {}
+    for name in MODELS:
+        weight = test_model(name) / "llm.mnn.weight"
+        size = weight.stat().st_size
+        models[name] = {"weight_bytes": size,
+                        "ceiling_tps": {str(t): bw / size for t, bw in bandwidth.items()}}
+    result = {"machine": machine(), "read_gb_per_s": {str(t): bw / 1e9 for t, bw in bandwidth.items()},
+              "models": models}
+    for t, bw in bandwidth.items():
+        print(f"read bandwidth, {t} thread(s): {bw / 1e9:.1f} GB/s")
+    for name, info in models.items():
+        ceilings = ", ".join(f"{tps:.0f} tok/s ({t} thr)" for t, tps in info["ceiling_tps"].items())
+        print(f"{name}: weights {info['weight_bytes'] / 1e6:.0f} MB -> decode ceiling {ceilings}")
+    print(f"saved {save('ceiling', result)}")
+
+
+if __name__ == "__main__":
+    main()
