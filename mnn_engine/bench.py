@@ -22,7 +22,7 @@ from .build import require_backend
 from .engine import LoadOptions
 from .errors import MnnEngineError, invalid
 from .llm import Llm
-from .models import ModelStore
+from .models import ModelStore, prepare_cache
 
 TEXT = (
     "Rivers carve valleys over millions of years, carrying sand and silt from the mountains to the sea. "
@@ -66,7 +66,7 @@ def bench(model: str | os.PathLike[str], options: LoadOptions, *, prompt_len: in
     store = store or ModelStore()
     model_id, path = store.resolve(model)
     cache = store.cache_path(model_id) if model_id else store.cache_dir / "bench"
-    cache.mkdir(parents=True, exist_ok=True)
+    prepare_cache(cache, path)
     started = time.perf_counter()
     llm = Llm(path, **options.mnn_config(cache), max_all_tokens=max(2048, prompt_len + gen + 8)).load()
     total_load = time.perf_counter() - started
@@ -110,7 +110,8 @@ def tune_candidates(base: LoadOptions, cpu_count: int) -> list[LoadOptions]:
     threads = sorted({t for t in (1, 2, 3, 4, 6, 8) if t <= max(1, min(cpu_count, 8))})
     candidates = [replace(base, threads=t) for t in threads]
     best_guess = replace(base, threads=threads[-1])
-    candidates += [replace(best_guess, precision="high"), replace(best_guess, dynamic_option=8)]
+    candidates += [replace(best_guess, precision="high"), replace(best_guess, dynamic_option=8),
+                   replace(best_guess, use_mmap=not base.use_mmap)]
     unique: list[LoadOptions] = []
     for c in candidates:
         if c not in unique:

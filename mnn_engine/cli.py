@@ -291,7 +291,8 @@ def _serve(args: argparse.Namespace) -> int:
 def _add_load_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=BACKENDS, default="cpu")
     parser.add_argument("--threads", type=int, default=4, help="1..8 (default 4)")
-    parser.add_argument("--mmap", action="store_true", help="memory-map the weights (cache in the store)")
+    parser.add_argument("--mmap", action=argparse.BooleanOptionalAction, default=True,
+                        help="memory-map the weights from a cache in the store (default: on)")
     parser.add_argument("--precision", choices=PRECISIONS, default="low")
 
 

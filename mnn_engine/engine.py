@@ -33,7 +33,7 @@ from typing import Any
 from .build import BACKENDS, backend_capabilities, require_backend
 from .errors import MnnEngineError, invalid
 from .llm import GenerationResult, Llm, Prompt
-from .models import ModelStore
+from .models import ModelStore, prepare_cache
 from .state import EventStream, LogBuffer
 
 log = logging.getLogger("mnn_engine.engine")
@@ -46,13 +46,15 @@ _DONE = object()
 @dataclass(frozen=True)
 class LoadOptions:
     """How to load a model: ``backend`` (cpu, opencl, vulkan; hexagon is
-    experimental), ``use_mmap`` (weights memory-mapped from a cache file in the
-    model's cache directory), ``precision`` (low or high), ``threads`` (1..8)
+    experimental), ``use_mmap`` (default on: MNN writes its prepared weights to a
+    cache file in the model's cache directory on the first load and maps them
+    afterwards, so later loads take tens of milliseconds instead of seconds and
+    the weights stay reclaimable page cache; see docs/benchmarks.md), ``precision`` (low or high), ``threads`` (1..8)
     and MNN's ``dynamic_option`` (0..8; None keeps MNN's default), which
     trades memory for speed in its low-memory int4/int8 kernels."""
 
     backend: str = "cpu"
-    use_mmap: bool = False
+    use_mmap: bool = True
     precision: str = "low"
     threads: int = 4
     dynamic_option: int | None = None
@@ -187,7 +189,7 @@ class Engine:
             if self._llm is not None:
                 self._unload_locked("replaced")
             cache_dir = self._cache_dir(model_id, path)
-            cache_dir.mkdir(parents=True, exist_ok=True)
+            prepare_cache(cache_dir, path)
             self._update(model_id=model_id, model_path=path, options=opts)
             self._set_model_state("loading")
             try:

@@ -84,6 +84,26 @@ class ModelInfo:
         return data
 
 
+def prepare_cache(cache_dir: Path, model_dir: Path) -> None:
+    """Make ``cache_dir`` fit for MNN's ``tmp_path``: its mmap cache holds the
+    prepared weights, so it is emptied whenever the model's files change
+    (size or modification time), or MNN would map stale weights."""
+    stamp = {}
+    for name in ("config.json", "llm_config.json", "llm.mnn", "llm.mnn.weight"):
+        with contextlib.suppress(OSError):
+            info = (model_dir / name).stat()
+            stamp[name] = [info.st_size, info.st_mtime_ns]
+    stamp_file = cache_dir / "model-stamp.json"
+    try:
+        current = json.loads(stamp_file.read_text())
+    except (OSError, ValueError):
+        current = None
+    if current != stamp:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    stamp_file.write_text(json.dumps(stamp))
+
+
 def _tree_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file())
 

@@ -65,8 +65,10 @@ def test_bench_rejects_bad_options(tmp_path):
 
 def test_tune_candidates_cover_threads_and_options():
     candidates = tune_candidates(LoadOptions(), cpu_count=4)
-    assert [c.threads for c in candidates if c.precision == "low" and c.dynamic_option is None] == [1, 2, 3, 4]
+    plain = [c.threads for c in candidates if c.precision == "low" and c.dynamic_option is None and c.use_mmap]
+    assert plain == [1, 2, 3, 4]
     assert any(c.precision == "high" for c in candidates) and any(c.dynamic_option == 8 for c in candidates)
+    assert any(not c.use_mmap for c in candidates)
     assert len(candidates) == len(set(candidates))
 
 

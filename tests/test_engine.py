@@ -61,7 +61,7 @@ def test_unavailable_backend_is_an_error_not_a_fallback(engine):
 def test_loaded_model_records_its_options(engine):
     model = engine.load("scripted", threads=2, precision="high")
     assert model["id"] == "scripted" and model["state"] == "loaded"
-    assert model["options"] == {"backend": "cpu", "use_mmap": False, "precision": "high", "threads": 2,
+    assert model["options"] == {"backend": "cpu", "use_mmap": True, "precision": "high", "threads": 2,
                                 "dynamic_option": None}
     assert engine.snapshot()["engine"] == "ready"
     assert engine.store.cache_path("scripted").is_dir()  # MNN's tmp_path lives in the store

@@ -266,3 +266,17 @@ def test_resolve_ids_and_paths(store):
     with pytest.raises(MnnEngineError) as err:
         store.resolve("nothing-here")
     assert err.value.code == "model_not_found"
+
+
+def test_cache_is_emptied_when_the_model_changes(tmp_path):
+    from mnn_engine.models import prepare_cache
+
+    model = _fake_model(tmp_path / "m", GOOD)
+    cache = tmp_path / "cache"
+    prepare_cache(cache, model)
+    (cache / "0_0_0_0_0.static").write_bytes(b"prepared weights")
+    prepare_cache(cache, model)  # unchanged model: the cache stays
+    assert (cache / "0_0_0_0_0.static").exists()
+    (model / "llm.mnn.weight").write_bytes(b"new weights")
+    prepare_cache(cache, model)
+    assert not (cache / "0_0_0_0_0.static").exists() and cache.is_dir()

@@ -17,8 +17,8 @@ fi
 set -- "$@" --host "${MNN_ENGINE_HOST:-127.0.0.1}" --port "${MNN_ENGINE_PORT:-8081}" \
 	--threads "${MNN_ENGINE_THREADS:-4}" --backend "${MNN_ENGINE_BACKEND:-cpu}" \
 	--precision "${MNN_ENGINE_PRECISION:-low}"
-if [ "${MNN_ENGINE_MMAP:-0}" = 1 ]; then
-	set -- "$@" --mmap
+if [ "${MNN_ENGINE_MMAP:-1}" = 0 ]; then
+	set -- "$@" --no-mmap
 fi
 if [ -n "${MNN_ENGINE_API_KEY:-}" ]; then
 	export MNN_ENGINE_API_KEY
