@@ -303,6 +303,18 @@ def _add_sampling(parser: argparse.ArgumentParser, max_tokens: int) -> None:
                         help="turn a thinking model's reasoning on or off")
 
 
+def _command(group: Any, name: str, func: Callable[[argparse.Namespace], int], help_text: str,
+             *positional: str, json_output: bool = False) -> argparse.ArgumentParser:
+    """A sub-command with its positional arguments (``name?`` = optional) and ``--json``."""
+    p = group.add_parser(name, help=help_text)
+    for arg in positional:
+        p.add_argument(arg.rstrip("?"), nargs="?" if arg.endswith("?") else None)
+    if json_output:
+        p.add_argument("--json", action="store_true")
+    p.set_defaults(func=func)
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m mnn_engine", description="Run MNN language models.")
     parser.add_argument("--version", action="version", version=f"mnn-engine {__version__}")
@@ -310,45 +322,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     models = commands.add_parser("models", help="manage the model store").add_subparsers(
         dest="models_command", required=True, metavar="ACTION")
-    p = models.add_parser("import", help="copy a model directory into the store")
-    p.add_argument("path")
+    p = _command(models, "import", _models_import, "copy a model directory into the store", "path", json_output=True)
     p.add_argument("--id", help="model ID (default: the directory name, slugged)")
     p.add_argument("--replace", action="store_true", help="replace a model with the same ID")
     p.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_models_import)
-    p = models.add_parser("list", help="list the models")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_models_list)
-    p = models.add_parser("info", help="show one model")
-    p.add_argument("id")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_models_info)
-    p = models.add_parser("rename", help="change a model's ID")
-    p.add_argument("old")
-    p.add_argument("new")
-    p.set_defaults(func=_models_rename)
-    p = models.add_parser("rm", help="delete a model")
-    p.add_argument("id")
-    p.set_defaults(func=_models_rm)
+    _command(models, "list", _models_list, "list the models", json_output=True)
+    _command(models, "info", _models_info, "show one model", "id", json_output=True)
+    _command(models, "rename", _models_rename, "change a model's ID", "old", "new")
+    _command(models, "rm", _models_rm, "delete a model", "id")
 
     cache = commands.add_parser("cache", help="mmap and GPU caches").add_subparsers(
         dest="cache_command", required=True, metavar="ACTION")
-    p = cache.add_parser("show", help="cache sizes")
-    p.add_argument("id", nargs="?")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_cache_show)
-    p = cache.add_parser("clear", help="delete caches (the next load rebuilds them)")
-    p.add_argument("id", nargs="?")
-    p.set_defaults(func=_cache_clear)
-
-    p = commands.add_parser("info", help="how this installation was built (provenance) and what it can use")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_info)
-
-    p = commands.add_parser("backends", help="which backends are compiled in and available")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_backends)
+    _command(cache, "show", _cache_show, "cache sizes", "id?", json_output=True)
+    _command(cache, "clear", _cache_clear, "delete caches (the next load rebuilds them)", "id?")
+    _command(commands, "info", _info, "how this installation was built (provenance) and what it can use",
+             json_output=True)
+    _command(commands, "backends", _backends, "which backends are compiled in and available", json_output=True)
 
     p = commands.add_parser("chat", help="chat with a model in the terminal")
     p.add_argument("model", help="a store ID or a model directory")

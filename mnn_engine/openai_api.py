@@ -205,8 +205,7 @@ def _parse_messages(messages: Any, policy: ImagePolicy, request: ChatRequest) ->
         content = _content_text(message.get("content"), where, policy, request)
         if role == "assistant" and message.get("tool_calls"):
             content += _tool_calls_text(message["tool_calls"], where)
-        elif role == "assistant" and isinstance(message.get("reasoning_content"), str):
-            pass  # earlier reasoning is not sent back to the model
+        # an assistant's earlier reasoning_content is not sent back to the model
         out.append({"role": "system" if role == "developer" else role, "content": content})
     return out
 

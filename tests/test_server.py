@@ -71,29 +71,19 @@ def _live(tmp_path_factory, model: str, **options) -> Iterator[Live]:
     live.close()
 
 
-@pytest.fixture(scope="module")
-def scripted_server(tmp_path_factory):
-    yield from _live(tmp_path_factory, "tiny-scripted")
+def _server_fixture(model: str, **options):
+    @pytest.fixture(scope="module")
+    def server(tmp_path_factory):
+        yield from _live(tmp_path_factory, model, **options)
+
+    return server
 
 
-@pytest.fixture(scope="module")
-def tiny_server(tmp_path_factory):
-    yield from _live(tmp_path_factory, "tiny")
-
-
-@pytest.fixture(scope="module")
-def toolcall_server(tmp_path_factory):
-    yield from _live(tmp_path_factory, "tiny-toolcall")
-
-
-@pytest.fixture(scope="module")
-def thinking_server(tmp_path_factory):
-    yield from _live(tmp_path_factory, "tiny-thinking")
-
-
-@pytest.fixture(scope="module")
-def auth_server(tmp_path_factory):
-    yield from _live(tmp_path_factory, "tiny-scripted", api_key=KEY, max_body_bytes=64 * 1024)
+scripted_server = _server_fixture("tiny-scripted")
+tiny_server = _server_fixture("tiny")
+toolcall_server = _server_fixture("tiny-toolcall")
+thinking_server = _server_fixture("tiny-thinking")
+auth_server = _server_fixture("tiny-scripted", api_key=KEY, max_body_bytes=64 * 1024)
 
 
 def sse_events(raw: bytes) -> list:
