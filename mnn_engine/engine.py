@@ -173,15 +173,16 @@ class Engine:
         replacing the current one. Without options, a store model's tuned
         preset (``bench --tune``) is used when it has one. Returns the model
         part of the snapshot."""
+        explicit = options is not None or bool(option_kwargs)
+        opts = self._options_from(options, option_kwargs) if explicit else None  # bad options fail first
         model_id, path = self.store.resolve(model)
-        if options is None and not option_kwargs and model_id is not None:
-            preset = self.store.preset(model_id)
-            if preset is not None:
-                options = LoadOptions(**preset)
-        try:
-            opts = replace(options or LoadOptions(), **option_kwargs).validate()
-        except TypeError as exc:
-            raise invalid("options", str(exc)) from exc
+        if opts is None:
+            preset = self.store.preset(model_id) if model_id is not None else None
+            try:
+                opts = self._options_from(None, preset or {})
+            except MnnEngineError:
+                log.warning("ignoring the unusable preset of %s", model_id)
+                opts = LoadOptions()
         require_backend(opts.backend)
         with self._lock:
             if self._server_state != "stopped" and self._llm is not None:
@@ -206,6 +207,13 @@ class Engine:
                 self.store.touch(model_id)
             log.info("model %s loaded (%s, %d threads)", model_id or path, opts.backend, opts.threads)
             return self.snapshot()["model"]
+
+    @staticmethod
+    def _options_from(options: LoadOptions | None, overrides: dict[str, Any]) -> LoadOptions:
+        try:
+            return replace(options or LoadOptions(), **overrides).validate()
+        except TypeError as exc:
+            raise invalid("options", str(exc)) from exc
 
     def _cache_dir(self, model_id: str | None, path: Path) -> Path:
         if model_id is not None:
