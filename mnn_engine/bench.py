@@ -22,7 +22,7 @@ from .build import require_backend
 from .engine import LoadOptions
 from .errors import MnnEngineError, invalid
 from .llm import Llm
-from .models import ModelStore, prepare_cache
+from .models import ModelStore
 
 TEXT = (
     "Rivers carve valleys over millions of years, carrying sand and silt from the mountains to the sea. "
@@ -48,9 +48,10 @@ def peak_rss_mib() -> float:
 
 
 def prompt_ids(llm: Llm, length: int) -> list[int]:
-    ids: list[int] = []
-    while len(ids) < length:
-        ids = llm.tokenize(TEXT * (len(ids) // 20 + 2 + length // 20))
+    """Exactly ``length`` token ids of ordinary English text."""
+    repeats = 1
+    while len(ids := llm.tokenize(TEXT * repeats)) < length:
+        repeats *= 2
     return ids[:length]
 
 
@@ -65,8 +66,7 @@ def bench(model: str | os.PathLike[str], options: LoadOptions, *, prompt_len: in
     require_backend(options.backend)
     store = store or ModelStore()
     model_id, path = store.resolve(model)
-    cache = store.cache_path(model_id) if model_id else store.cache_dir / "bench"
-    prepare_cache(cache, path)
+    cache = store.prepared_cache(model_id, path)
     started = time.perf_counter()
     llm = Llm(path, **options.mnn_config(cache), max_all_tokens=max(2048, prompt_len + gen + 8)).load()
     total_load = time.perf_counter() - started

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, jsonutil
-from .build import build_info
-from .engine import BACKENDS, PRECISIONS, Engine, LoadOptions, backend_capabilities
+from .build import BACKENDS, backend_capabilities, build_info
+from .engine import PRECISIONS, Engine, LoadOptions
 from .errors import MnnEngineError
 from .llm import Llm
 from .models import ModelInfo, ModelStore

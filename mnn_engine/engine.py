@@ -16,12 +16,9 @@ Rules (each violation is an ``MnnEngineError`` with the code shown):
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import hashlib
 import logging
 import os
-import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -33,14 +30,14 @@ from typing import Any
 from .build import BACKENDS, backend_capabilities, require_backend
 from .errors import MnnEngineError, invalid
 from .llm import GenerationResult, Llm, Prompt
-from .models import ModelStore, prepare_cache
+from .models import ModelStore
 from .state import EventStream, LogBuffer
+from .streaming import astream_pieces, stream_pieces
 
 log = logging.getLogger("mnn_engine.engine")
 
 PRECISIONS = ("low", "high")
 MAX_THREADS = 8
-_DONE = object()
 
 
 @dataclass(frozen=True)
@@ -189,8 +186,7 @@ class Engine:
                 raise MnnEngineError("server_running", "stop the server before replacing the active model")
             if self._llm is not None:
                 self._unload_locked("replaced")
-            cache_dir = self._cache_dir(model_id, path)
-            prepare_cache(cache_dir, path)
+            cache_dir = self.store.prepared_cache(model_id, path)
             self._update(model_id=model_id, model_path=path, options=opts)
             self._set_model_state("loading")
             try:
@@ -214,12 +210,6 @@ class Engine:
             return replace(options or LoadOptions(), **overrides).validate()
         except TypeError as exc:
             raise invalid("options", str(exc)) from exc
-
-    def _cache_dir(self, model_id: str | None, path: Path) -> Path:
-        if model_id is not None:
-            return self.store.cache_path(model_id)
-        digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
-        return self.store.cache_dir / f"path-{digest}"
 
     def unload(self) -> None:
         """Unload the active model (``server_running`` while the server runs)."""
@@ -354,37 +344,13 @@ class Engine:
     def stream_chat(self, messages: Sequence[Mapping[str, Any]], **sampling: Any) -> Iterator[str]:
         """Answer chat messages piece by piece. Closing the iterator, or Ctrl-C
         while it waits, cancels the generation (the model stays loaded)."""
-        pieces: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        future = self.submit(list(messages), pieces.put, **sampling)
-        future.add_done_callback(lambda _: pieces.put(_DONE))
-        try:
-            while (item := pieces.get()) is not _DONE:
-                yield item
-        finally:
-            if not future.done():
-                self.cancel_generation()
-                with contextlib.suppress(BaseException):
-                    future.result()
-        future.result()
+        yield from stream_pieces(lambda put: self.submit(list(messages), put, **sampling), self.cancel_generation)
 
     async def astream_chat(self, messages: Sequence[Mapping[str, Any]], **sampling: Any) -> AsyncIterator[str]:
         """``stream_chat`` for asyncio: never blocks the event loop."""
-        loop = asyncio.get_running_loop()
-        pieces: asyncio.Queue[Any] = asyncio.Queue()
-
-        def put(piece: Any) -> None:
-            loop.call_soon_threadsafe(pieces.put_nowait, piece)
-
-        future = self.submit(list(messages), put, **sampling)
-        future.add_done_callback(lambda _: put(_DONE))
-        try:
-            while (item := await pieces.get()) is not _DONE:
-                yield item
-        finally:
-            if not future.done():
-                self.cancel_generation()
-                await asyncio.wait({asyncio.wrap_future(future)})
-        future.result()
+        async for piece in astream_pieces(lambda put: self.submit(list(messages), put, **sampling),
+                                          self.cancel_generation):
+            yield piece
 
     def cancel_generation(self) -> None:
         """Stop the running generation before its next token (any thread)."""

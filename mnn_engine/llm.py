@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
 import math
 import os
-import queue
 import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +20,7 @@ from .errors import MnnEngineError, invalid
 from .model_files import resolve_config_path, validate_model_dir
 from .native_output import captured_native_output
 from .sampling import GenerationConfig
+from .streaming import astream_pieces, stream_pieces
 
 log = logging.getLogger("mnn_engine.llm")
 
@@ -291,10 +291,18 @@ class Llm:
 
     def prompt_ids(self, prompt: Prompt, *, enable_thinking: bool | None = None,
                    tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
-        """Token ids for a prompt given as text, token ids or chat messages."""
+        """Token ids for a prompt given as text, token ids or chat messages.
+        ``enable_thinking`` and ``tools`` go into the chat template, so they
+        need chat messages."""
+        is_chat = isinstance(prompt, Sequence) and not isinstance(prompt, (str, bytes, bytearray)) and \
+            bool(prompt) and all(isinstance(m, Mapping) for m in prompt)
+        if not is_chat:
+            for name, value in (("enable_thinking", enable_thinking), ("tools", tools)):
+                if value is not None:
+                    raise invalid(name, "applies to chat messages only (the prompt is text or token ids)")
         if isinstance(prompt, str):
             ids = self.tokenize(prompt)
-        elif isinstance(prompt, Sequence) and prompt and all(isinstance(m, Mapping) for m in prompt):
+        elif is_chat:
             ids = self.tokenize(self.apply_chat_template(prompt, True, enable_thinking, tools))
         elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
             ids = self._checked_ids(prompt, "prompt")
@@ -341,52 +349,28 @@ class Llm:
         """Yield pieces of text as they are generated (a generation thread
         feeds them). Closing the iterator, or KeyboardInterrupt while it
         waits, cancels the generation. The result is in ``last_result``."""
-        pieces: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        done = object()
-        outcome: dict[str, Any] = {}
         run = self._prepare_kwargs(prompt, kwargs)
-
-        def work() -> None:
-            try:
-                outcome["result"] = self._run(run, pieces.put)
-            except BaseException as exc:
-                outcome["error"] = exc
-            finally:
-                pieces.put(done)
-
-        worker = threading.Thread(target=work, name="mnn-engine-generation", daemon=True)
-        worker.start()
-        try:
-            while (item := pieces.get()) is not done:
-                yield item
-        finally:
-            if worker.is_alive():
-                self.cancel()
-                worker.join()
-        if "error" in outcome:
-            raise outcome["error"]
+        yield from stream_pieces(lambda put: self._spawn(run, put), self.cancel)
 
     async def astream(self, prompt: Prompt, **kwargs: Any) -> AsyncIterator[str]:
         """``stream()`` for asyncio: the generation runs on a worker thread and
         never blocks the event loop; cancelling the consumer cancels it."""
-        loop = asyncio.get_running_loop()
-        pieces: asyncio.Queue[Any] = asyncio.Queue()
-        done = object()
         run = self._prepare_kwargs(prompt, kwargs)
+        async for piece in astream_pieces(lambda put: self._spawn(run, put), self.cancel):
+            yield piece
 
-        def put(piece: str) -> None:
-            loop.call_soon_threadsafe(pieces.put_nowait, piece)
+    def _spawn(self, run: _Run, callback: TokenCallback) -> Future[GenerationResult]:
+        """Run a prepared generation on a new thread."""
+        future: Future[GenerationResult] = Future()
 
-        future = loop.run_in_executor(None, self._run, run, put)
-        future.add_done_callback(lambda _: pieces.put_nowait(done))
-        try:
-            while (item := await pieces.get()) is not done:
-                yield item
-        finally:
-            if not future.done():
-                self.cancel()
-                await asyncio.wait({future})
-        future.result()
+        def work() -> None:
+            try:
+                future.set_result(self._run(run, callback))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        threading.Thread(target=work, name="mnn-engine-generation", daemon=True).start()
+        return future
 
     def cancel(self) -> None:
         """Stop the running generation before its next token (any thread)."""

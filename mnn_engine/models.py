@@ -15,6 +15,7 @@ model that lists or loads.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -27,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from .errors import MnnEngineError
-from .model_files import CONFIG_NAME, display_name, read_config, resolve_config_path, validate_model_dir
+from .model_files import (
+    CONFIG_NAME,
+    display_name,
+    model_files,
+    read_config,
+    resolve_config_path,
+    validate_model_dir,
+)
 
 MAX_ID_LENGTH = 96
 _IMPORT_PREFIX = ".import-"
@@ -88,11 +96,13 @@ def prepare_cache(cache_dir: Path, model_dir: Path) -> None:
     """Make ``cache_dir`` fit for MNN's ``tmp_path``: its mmap cache holds the
     prepared weights, so it is emptied whenever the model's files change
     (size or modification time), or MNN would map stale weights."""
+    config_path = model_dir / CONFIG_NAME
+    files = {"config": config_path, **model_files(config_path, read_config(config_path))}
     stamp = {}
-    for name in ("config.json", "llm_config.json", "llm.mnn", "llm.mnn.weight"):
+    for key, path in files.items():
         with contextlib.suppress(OSError):
-            info = (model_dir / name).stat()
-            stamp[name] = [info.st_size, info.st_mtime_ns]
+            info = path.stat()
+            stamp[key] = [info.st_size, info.st_mtime_ns]
     stamp_file = cache_dir / "model-stamp.json"
     try:
         current = json.loads(stamp_file.read_text())
@@ -144,6 +154,16 @@ class ModelStore:
 
     def cache_path(self, model_id: str) -> Path:
         return self.cache_dir / check_model_id(model_id)
+
+    def prepared_cache(self, model_id: str | None, model_dir: Path) -> Path:
+        """MNN's ``tmp_path`` for a model (by store ID, else by its directory's
+        path), emptied if the model's files changed since it was filled."""
+        if model_id is not None:
+            cache = self.cache_path(model_id)
+        else:
+            cache = self.cache_dir / f"path-{hashlib.sha256(str(model_dir.resolve()).encode()).hexdigest()[:12]}"
+        prepare_cache(cache, model_dir)
+        return cache
 
     def exists(self, model_id: str) -> bool:
         return (self.path(model_id) / CONFIG_NAME).is_file()

@@ -26,10 +26,13 @@ _depth = 0
 _WARNING_WORDS = ("error", "fail", "can't", "cannot", "not found", "invalid", "open")
 
 
+_libc = ctypes.CDLL(None)  # the process's C library, which MNN's printf buffers live in
+
+
 def _libc_fflush() -> None:
     """fflush(NULL): push out what MNN left in C stdio buffers."""
     with contextlib.suppress(Exception):
-        ctypes.CDLL(None).fflush(None)
+        _libc.fflush(None)
 
 
 def _flush_all() -> None:

@@ -55,9 +55,6 @@ class ChatRequest:
     images: list[Path] = field(default_factory=list)
     image_dir: str | None = None
 
-    def engine_kwargs(self) -> dict[str, Any]:
-        return {**self.sampling, "tools": self.tools, "enable_thinking": self.enable_thinking}
-
     def cleanup(self) -> None:
         """Remove the decoded images' private directory."""
         if self.image_dir:

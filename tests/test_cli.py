@@ -6,10 +6,13 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pexpect
 import pytest
-from support import SCRIPTED_TEXT, test_model_dir
+from support import REPO, SCRIPTED_TEXT, test_model_dir
+
+import mnn_engine
 
 
 @pytest.fixture
@@ -112,3 +115,11 @@ def test_interactive_chat_ctrl_c_stops_the_answer_and_ctrl_d_quits(home):
     finally:
         child.close()
     assert child.exitstatus == 0
+
+
+def test_installed_build_info_matches_the_extension():
+    candidates = [Path(mnn_engine.__file__).parent / "_build_info.json",
+                  *sorted((REPO / "build").glob("*/_build_info.json"))]
+    path = next(p for p in candidates if p.is_file())
+    assert json.loads(path.read_text()) == mnn_engine.build_info()
+    assert mnn_engine.build_info()["backends_compiled"] == ["cpu"]  # the wheel engine is CPU-only

@@ -314,6 +314,23 @@ def test_prompt_as_token_ids(scripted, chat):
     assert scripted.generate(ids, temperature=0).text == SCRIPTED_TEXT
 
 
+@pytest.mark.parametrize("option", [{"enable_thinking": False}, {"tools": [{"type": "function"}]}])
+def test_template_options_need_chat_messages(scripted, chat, option):
+    for prompt in ("hi", scripted.prompt_ids(chat)):
+        with pytest.raises(MnnEngineError) as err:
+            scripted.generate(prompt, **option)
+        assert err.value.code == "invalid_argument" and err.value.param == next(iter(option))
+
+
+def test_stream_raises_the_generation_error(scripted, chat):
+    with pytest.raises(MnnEngineError) as err:
+        list(scripted.stream(chat, temperature=-1))
+    assert err.value.code == "invalid_argument"
+    scripted._inject_failure(2)
+    pieces = list(scripted.stream(chat, temperature=0))
+    assert "".join(pieces) == "Hello!" and scripted.last_result.finish_reason == "error"
+
+
 def test_logprobs(tiny, chat):
     result = tiny.generate(chat, temperature=0, max_tokens=6, ignore_eos=True, logprobs=True, top_logprobs=3)
     assert result.logprobs is not None and len(result.logprobs) == 6

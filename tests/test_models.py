@@ -280,3 +280,26 @@ def test_cache_is_emptied_when_the_model_changes(tmp_path):
     (model / "llm.mnn.weight").write_bytes(b"new weights")
     prepare_cache(cache, model)
     assert not (cache / "0_0_0_0_0.static").exists() and cache.is_dir()
+
+
+def test_cache_stamp_follows_the_files_the_config_names(tmp_path):
+    from mnn_engine.models import prepare_cache
+
+    files = {"graph.mnn": b"g", "weights.bin": b"w", "tok.txt": b"t"}
+    model = _fake_model(tmp_path / "m", {"llm_model": "graph.mnn", "llm_weight": "weights.bin",
+                                         "tokenizer_file": "tok.txt"}, files)
+    cache = tmp_path / "cache"
+    prepare_cache(cache, model)
+    (cache / "prepared").write_bytes(b"x")
+    (model / "weights.bin").write_bytes(b"other weights")
+    prepare_cache(cache, model)
+    assert not (cache / "prepared").exists()
+
+
+def test_store_caches_by_id_or_by_path(tmp_path):
+    store = ModelStore(tmp_path / "store")
+    model = _fake_model(tmp_path / "m", GOOD)
+    by_path = store.prepared_cache(None, model)
+    assert by_path.parent == store.cache_dir and by_path.name.startswith("path-") and by_path.is_dir()
+    assert store.prepared_cache(None, model) == by_path
+    assert store.prepared_cache("some-id", model) == store.cache_path("some-id")

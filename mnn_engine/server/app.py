@@ -11,6 +11,8 @@ import asyncio
 import hmac
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,8 +23,11 @@ from tornado.iostream import StreamClosedError
 from .. import __version__, jsonutil
 from ..engine import Engine
 from ..errors import ERROR_CODES, MnnEngineError
+from ..llm import GenerationResult
 from ..openai_api import (
+    ChatRequest,
     Completion,
+    Delta,
     ImagePolicy,
     OutputParser,
     delta_dict,
@@ -32,11 +37,11 @@ from ..openai_api import (
     parse_chat_request,
     prompt_opens_thinking,
 )
+from ..streaming import astream_pieces
 
 log = logging.getLogger("mnn_engine.server")
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
-_DONE = object()
 
 
 @dataclass
@@ -222,31 +227,25 @@ class ChatCompletionsHandler(JsonHandler):
         finally:
             request.cleanup()
 
-    async def _complete(self, engine: Engine, model: str, request: Any) -> None:
-        loop = asyncio.get_running_loop()
-        pieces: asyncio.Queue[Any] = asyncio.Queue()
-
-        def on_piece(piece: str) -> None:  # generation thread
-            loop.call_soon_threadsafe(pieces.put_nowait, piece)
-
+    async def _complete(self, engine: Engine, model: str, request: ChatRequest) -> None:
+        # Rendered once, here: the parser needs to know whether the template
+        # already opened a <think> block, and the engine takes the text as is.
         prompt = engine.llm.apply_chat_template(request.messages, True, request.enable_thinking, request.tools)
-        self._future = engine.submit(request.messages, on_piece if request.stream else None,
-                                     **request.engine_kwargs())
-        self.ctx.active.add(self)
-        self._future.add_done_callback(lambda _: loop.call_soon_threadsafe(pieces.put_nowait, _DONE))
         parser = OutputParser(in_reasoning=prompt_opens_thinking(prompt), parse_tools=request.parse_tools)
         completion = Completion(model=model, fingerprint=self.ctx.fingerprint)
+        self.ctx.active.add(self)
         try:
             if request.stream:
-                await self._stream(request, parser, completion, pieces)
+                await self._stream(engine, prompt, request, parser, completion)
             else:
-                await self._whole(request, parser, completion)
+                self._future = engine.submit(prompt, None, **request.sampling)
+                await self._whole(parser, completion)
         finally:
             self.ctx.active.discard(self)
-            if not self._future.done():
+            if self._future is not None and not self._future.done():
                 engine.cancel_generation()
 
-    async def _whole(self, request: Any, parser: OutputParser, completion: Completion) -> None:
+    async def _whole(self, parser: OutputParser, completion: Completion) -> None:
         result = await asyncio.wrap_future(self._future)
         if self._closed:
             return
@@ -255,32 +254,44 @@ class ChatCompletionsHandler(JsonHandler):
         self.send_json(completion.response(message_from(deltas), finish_reason(result, parser), result.usage,
                                            logprobs))
 
-    async def _stream(self, request: Any, parser: OutputParser, completion: Completion,
-                      pieces: asyncio.Queue[Any]) -> None:
+    async def _stream(self, engine: Engine, prompt: str, request: ChatRequest, parser: OutputParser,
+                      completion: Completion) -> None:
+        def start(put: Callable[[str], None]) -> Future[GenerationResult]:
+            self._future = engine.submit(prompt, put, **request.sampling)
+            return self._future
+
+        pieces = astream_pieces(start, engine.cancel_generation)
+        # The first piece submits the generation: a refusal (busy, bad options)
+        # or a failure before any text is still a plain HTTP error.
+        first = await anext(pieces, None)
         self.set_header("Content-Type", "text/event-stream; charset=utf-8")
         self.set_header("Cache-Control", "no-cache")
         self.set_header("X-Accel-Buffering", "no")
         await self._event(completion.chunk({"role": "assistant", "content": ""}))
-        while (piece := await pieces.get()) is not _DONE:
-            for delta in parser.feed(piece):
-                await self._event(completion.chunk(delta_dict(delta)))
         try:
-            result = self._future.result()
+            if first is not None:
+                await self._send_deltas(parser.feed(first), completion)
+                async for piece in pieces:
+                    await self._send_deltas(parser.feed(piece), completion)
         except MnnEngineError as exc:
             await self._event(error_body(exc.code, exc.message))
             await self._done()
             return
+        result = self._future.result()
         if result.finish_reason == "cancelled" and self.ctx.stopping:
             await self._event(error_body("server_stopping", "the server stopped during the generation"))
             await self._done()
             return
-        for delta in parser.finish():
-            await self._event(completion.chunk(delta_dict(delta)))
+        await self._send_deltas(parser.finish(), completion)
         logprobs = logprobs_object(result.logprobs, self.ctx.engine.llm.token_bytes)
         await self._event(completion.chunk({}, finish_reason(result, parser), logprobs))
         if request.include_usage:
             await self._event(completion.usage_chunk(result.usage))
         await self._done()
+
+    async def _send_deltas(self, deltas: list[Delta], completion: Completion) -> None:
+        for delta in deltas:
+            await self._event(completion.chunk(delta_dict(delta)))
 
     async def _event(self, data: Any) -> None:
         if self._closed:

@@ -26,13 +26,18 @@ import urllib.parse
 from common import machine, median, quantile, save, test_model  # tools/bench is on sys.path
 
 
+def timing(start: float, stamps: list[float]) -> dict[str, float]:
+    """Client-side figures from the arrival times of the pieces."""
+    return {"ttft_ms": (stamps[0] - start) * 1e3, "decode_tps": (len(stamps) - 1) / (stamps[-1] - stamps[0]),
+            "pieces": len(stamps)}
+
+
 def direct_run(engine, messages, gen: int) -> dict[str, float]:
     stamps: list[float] = []
     start = time.perf_counter()
     engine.generate(messages, callback=lambda _p: stamps.append(time.perf_counter()), temperature=0,
                     max_tokens=gen, ignore_eos=True)
-    return {"ttft_ms": (stamps[0] - start) * 1e3, "decode_tps": (len(stamps) - 1) / (stamps[-1] - stamps[0]),
-            "pieces": len(stamps)}
+    return timing(start, stamps)
 
 
 def http_run(host: str, port: int, messages, gen: int) -> dict[str, float]:
@@ -57,13 +62,11 @@ def http_run(host: str, port: int, messages, gen: int) -> dict[str, float]:
                     stamps.append(now)
                 elif b"[DONE]" in event:
                     buffer = b"data: [DONE]"
-    return {"ttft_ms": (stamps[0] - start) * 1e3, "decode_tps": (len(stamps) - 1) / (stamps[-1] - stamps[0]),
-            "pieces": len(stamps)}
+    return timing(start, stamps)
 
 
 def health_latency(host: str, port: int, engine, messages, seconds: float = 3.0) -> list[float]:
     """/health round trips (ms) measured while a long generation streams to another client."""
-    done = threading.Event()
     worker = threading.Thread(target=lambda: engine.generate(
         messages, callback=lambda _p: None, temperature=0, max_tokens=100000, ignore_eos=True))
     worker.start()
@@ -81,7 +84,6 @@ def health_latency(host: str, port: int, engine, messages, seconds: float = 3.0)
         time.sleep(0.005)
     engine.cancel_generation()
     worker.join()
-    done.set()
     return latencies
 
 

@@ -34,11 +34,11 @@ from pathlib import Path
 
 from common import REPO, machine, median, save, test_model  # tools/bench is on sys.path
 
+from mnn_engine.bench import TEXT
+
 CACHE = Path.home() / ".cache" / "mnn-engine" / "peers"
 VENV = Path.home() / ".cache" / "mnn-engine" / "peers-venv"
 LLAMA_CPP = "llama-cpp-python==0.3.36"
-TEXT = ("Rivers carve valleys over millions of years, carrying sand and silt from the mountains to the sea. "
-        "Along the way they feed forests, farms and cities, and every bend tells a story of floods. ")
 
 LLAMA_WORKER = """
 import json, sys, time

@@ -49,7 +49,7 @@ def read_fields(script: Path) -> dict[str, list[str]]:
     for record in out.split("\x1d"):
         if "\x1e" in record:
             name, values = record.split("\x1e", 1)
-            fields[name] = [v for v in values.split(SEP)[:-1]]
+            fields[name] = values.split(SEP)[:-1]
     return {k: v for k, v in fields.items() if any(v)}
 
 
