@@ -106,12 +106,14 @@ def bench(model: str | os.PathLike[str], options: LoadOptions, *, prompt_len: in
 
 
 def tune_candidates(base: LoadOptions, cpu_count: int) -> list[LoadOptions]:
-    """Thread counts up to the cores (max 8), precision, MNN's dynamic_option."""
+    """Thread counts up to the cores (max 8); then, at the most threads, precision, MNN's dynamic_option,
+    KV-cache quantisation and mmap."""
     threads = sorted({t for t in (1, 2, 3, 4, 6, 8) if t <= max(1, min(cpu_count, 8))})
     candidates = [replace(base, threads=t) for t in threads]
     best_guess = replace(base, threads=threads[-1])
     candidates += [replace(best_guess, precision="high"), replace(best_guess, dynamic_option=8),
-                   replace(best_guess, use_mmap=not base.use_mmap)]
+                   replace(best_guess, quant_qkv=1), replace(best_guess, quant_qkv=3),
+                   replace(best_guess, quant_qkv=4), replace(best_guess, use_mmap=not base.use_mmap)]
     unique: list[LoadOptions] = []
     for c in candidates:
         if c not in unique:
@@ -141,17 +143,17 @@ def tune(model: str, base: LoadOptions, *, prompt_len: int, gen: int, runs: int,
 
 
 def _describe(options: LoadOptions) -> str:
-    extra = f" dynamic_option={options.dynamic_option}" if options.dynamic_option is not None else ""
-    mmap = " mmap" if options.use_mmap else ""
-    return f"{options.backend} {options.threads} threads {options.precision}{mmap}{extra}"
+    extra = "".join(f"  {name} {value}" for name, value in (("dynamic_option", options.dynamic_option),
+                                                            ("quant_qkv", options.quant_qkv)) if value is not None)
+    mmap = "  mmap" if options.use_mmap else ""
+    return f"{options.backend}  threads {options.threads}  precision {options.precision}{mmap}{extra}"
 
 
 def format_report(report: dict[str, Any]) -> str:
     o = report["options"]
     lines = [
-        f"model {report['model']}  backend {o['backend']}  threads {o['threads']}  precision {o['precision']}"
-        f"{'  mmap' if o['use_mmap'] else ''}  prompt {report['prompt_len']}  gen {report['gen']}  "
-        f"runs {report['runs']}",
+        f"model {report['model']}  {_describe(LoadOptions(**o))}  prompt {report['prompt_len']}  "
+        f"gen {report['gen']}  runs {report['runs']}",
         f"load {report['load_seconds']:.2f} s   warm-up {report['warmup_seconds']:.3f} s   "
         f"peak RSS {report['peak_rss_mib']:.0f} MiB",
         f"{'':<24}{'p50':>10}{'p90':>10}{'p99':>10}",
@@ -165,10 +167,10 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 def format_tune(result: dict[str, Any]) -> str:
-    lines = [f"{'options':<40}{'decode tok/s':>14}{'prefill tok/s':>15}{'load s':>9}"]
+    lines = [f"{'options':<56}{'decode tok/s':>14}{'prefill tok/s':>15}{'load s':>9}"]
     for row in result["table"]:
         mark = "  <- best" if row is result["best"] else ""
-        lines.append(f"{_describe(LoadOptions(**row['options'])):<40}{row['decode_p50']:>14.1f}"
+        lines.append(f"{_describe(LoadOptions(**row['options'])):<56}{row['decode_p50']:>14.1f}"
                      f"{row['prefill_p50']:>15.1f}{row['load_seconds']:>9.2f}{mark}")
     lines.append(f"saved preset: {result['preset']}")
     return "\n".join(lines)

@@ -18,7 +18,7 @@ from typing import Any
 
 from . import __version__, jsonutil
 from .build import BACKENDS, backend_capabilities, build_info
-from .engine import PRECISIONS, Engine, LoadOptions
+from .engine import PRECISIONS, Engine, LoadOptions, preset_options
 from .errors import MnnEngineError
 from .llm import Llm
 from .models import ModelInfo, ModelStore
@@ -161,15 +161,20 @@ def _info(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- generation
-def _load_options(args: argparse.Namespace) -> LoadOptions:
-    return LoadOptions(backend=args.backend, use_mmap=args.mmap, precision=args.precision, threads=args.threads,
-                       dynamic_option=getattr(args, "dynamic_option", None))
+_LOAD_FLAGS = {"backend": "backend", "use_mmap": "mmap", "precision": "precision", "threads": "threads",
+               "dynamic_option": "dynamic_option", "quant_qkv": "kv_quant"}
+
+
+def _load_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The load options given on the command line (the rest come from the model's preset)."""
+    given = {field: getattr(args, flag) for field, flag in _LOAD_FLAGS.items()}
+    return {field: value for field, value in given.items() if value is not None}
 
 
 def _chat(args: argparse.Namespace) -> int:
     engine = Engine()
     try:
-        engine.load(args.model, _load_options(args))
+        engine.load(args.model, **_load_overrides(args))
         messages: list[dict[str, str]] = []
         if args.system:
             messages.append({"role": "system", "content": args.system})
@@ -231,12 +236,15 @@ def _bench(args: argparse.Namespace) -> int:
     from . import bench
 
     progress = None if args.json else bench.stderr_progress
-    options = _load_options(args)
+    overrides = _load_overrides(args)
     if args.tune:
+        options = LoadOptions(**overrides).validate()  # tuning starts from the defaults, not an old preset
         result = bench.tune(args.model, options, prompt_len=args.prompt_len, gen=args.gen, runs=args.runs,
                             progress=progress)
         print(json.dumps(result, indent=2) if args.json else bench.format_tune(result))
         return 0
+    store = ModelStore()
+    options = preset_options(store, store.resolve(args.model)[0], **overrides)
     report = bench.bench(args.model, options, prompt_len=args.prompt_len, gen=args.gen, runs=args.runs,
                          progress=progress)
     print(json.dumps(report, indent=2) if args.json else bench.format_report(report))
@@ -273,7 +281,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"warning: serving on {host} without an API key: anyone on your network can use the model "
               "(set --api-key, --api-key-file or MNN_ENGINE_API_KEY)", file=sys.stderr)
     try:
-        engine.load(model, _load_options(args))
+        engine.load(model, **_load_overrides(args))
 
         def ready(url: str) -> None:
             print(f"mnn-engine: serving {engine.active_model_id or model} at {url} (Ctrl-C stops)",
@@ -289,11 +297,16 @@ def _serve(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- parser
 def _add_load_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", choices=BACKENDS, default="cpu")
-    parser.add_argument("--threads", type=int, default=4, help="1..8 (default 4)")
-    parser.add_argument("--mmap", action=argparse.BooleanOptionalAction, default=True,
+    """Load flags; each one not given comes from the model's tuned preset, else the default."""
+    parser.add_argument("--backend", choices=BACKENDS, default=None, help="default cpu")
+    parser.add_argument("--threads", type=int, default=None, help="1..8 (default 4)")
+    parser.add_argument("--mmap", action=argparse.BooleanOptionalAction, default=None,
                         help="memory-map the weights from a cache in the store (default: on)")
-    parser.add_argument("--precision", choices=PRECISIONS, default="low")
+    parser.add_argument("--precision", choices=PRECISIONS, default=None, help="default low")
+    parser.add_argument("--dynamic-option", type=int, default=None, help="MNN's dynamic_option 0..8")
+    parser.add_argument("--kv-quant", type=int, default=None,
+                        help="MNN's KV-cache quantisation quant_qkv: 0 off, 1 int8 keys, 2 fp8 values, 3 both, "
+                             "4 both + int8 attention")
 
 
 def _add_sampling(parser: argparse.ArgumentParser, max_tokens: int) -> None:
@@ -365,7 +378,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-len", type=int, default=128, help="prompt tokens (default 128)")
     p.add_argument("--gen", type=int, default=128, help="generated tokens per run, end tokens ignored (default 128)")
     p.add_argument("--runs", type=int, default=5, help="measured runs (default 5)")
-    p.add_argument("--dynamic-option", type=int, default=None, help="MNN dynamic_option 0..8")
     p.add_argument("--tune", action="store_true",
                    help="try thread counts and MNN options; save the fastest as the model's preset")
     p.add_argument("--json", action="store_true")

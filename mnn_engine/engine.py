@@ -47,14 +47,18 @@ class LoadOptions:
     cache file in the model's cache directory on the first load and maps them
     afterwards, so later loads take tens of milliseconds instead of seconds and
     the weights stay reclaimable page cache; see docs/benchmarks.md), ``precision`` (low or high), ``threads`` (1..8)
-    and MNN's ``dynamic_option`` (0..8; None keeps MNN's default), which
-    trades memory for speed in its low-memory int4/int8 kernels."""
+    MNN's ``dynamic_option`` (0..8; None keeps MNN's default), which
+    trades memory for speed in its low-memory int4/int8 kernels, and MNN's
+    KV-cache quantisation ``quant_qkv`` (None or 0: float keys and values;
+    1: int8 keys; 2: fp8 values; 3: both; 4: both, with query x key computed
+    in int8)."""
 
     backend: str = "cpu"
     use_mmap: bool = True
     precision: str = "low"
     threads: int = 4
     dynamic_option: int | None = None
+    quant_qkv: int | None = None
 
     def validate(self) -> LoadOptions:
         if self.backend not in BACKENDS:
@@ -68,6 +72,8 @@ class LoadOptions:
         if self.dynamic_option is not None and (isinstance(self.dynamic_option, bool)
                                                 or self.dynamic_option not in range(9)):
             raise invalid("dynamic_option", f"must be an integer from 0 to 8 (got {self.dynamic_option!r})")
+        if self.quant_qkv is not None and (isinstance(self.quant_qkv, bool) or self.quant_qkv not in range(5)):
+            raise invalid("quant_qkv", f"must be an integer from 0 to 4 (got {self.quant_qkv!r})")
         return self
 
     def mnn_config(self, cache_dir: Path) -> dict[str, Any]:
@@ -81,7 +87,29 @@ class LoadOptions:
         }
         if self.dynamic_option is not None:
             config["dynamic_option"] = self.dynamic_option
+        if self.quant_qkv is not None:
+            config["quant_qkv"] = self.quant_qkv
         return config
+
+
+def _options_from(options: LoadOptions | None, overrides: dict[str, Any]) -> LoadOptions:
+    try:
+        return replace(options or LoadOptions(), **overrides).validate()
+    except TypeError as exc:
+        raise invalid("options", str(exc)) from exc
+
+
+def preset_options(store: ModelStore, model_id: str | None, **overrides: Any) -> LoadOptions:
+    """``model_id``'s tuned preset (defaults when it has none or it is unusable)
+    with ``overrides`` applied."""
+    preset = store.preset(model_id) if model_id is not None else None
+    base = LoadOptions()
+    if preset:
+        try:
+            base = _options_from(None, preset)
+        except MnnEngineError:
+            log.warning("ignoring the unusable preset of %s", model_id)
+    return _options_from(base, overrides)
 
 
 class Engine:
@@ -167,19 +195,17 @@ class Engine:
     def load(self, model: str | os.PathLike[str], options: LoadOptions | None = None,
              **option_kwargs: Any) -> dict[str, Any]:
         """Load a model (a store ID or a model directory) as the active model,
-        replacing the current one. Without options, a store model's tuned
-        preset (``bench --tune``) is used when it has one. Returns the model
+        replacing the current one. ``options`` are used as given; otherwise a
+        store model's tuned preset (``bench --tune``) is the base, with any
+        keyword options (``threads=2``...) applied on top. Returns the model
         part of the snapshot."""
-        explicit = options is not None or bool(option_kwargs)
-        opts = self._options_from(options, option_kwargs) if explicit else None  # bad options fail first
+        if options is not None or option_kwargs:  # bad options fail before anything else
+            _options_from(options, option_kwargs)
         model_id, path = self.store.resolve(model)
-        if opts is None:
-            preset = self.store.preset(model_id) if model_id is not None else None
-            try:
-                opts = self._options_from(None, preset or {})
-            except MnnEngineError:
-                log.warning("ignoring the unusable preset of %s", model_id)
-                opts = LoadOptions()
+        if options is not None:
+            opts = _options_from(options, option_kwargs)
+        else:
+            opts = preset_options(self.store, model_id, **option_kwargs)
         require_backend(opts.backend)
         with self._lock:
             if self._server_state != "stopped" and self._llm is not None:
@@ -203,13 +229,6 @@ class Engine:
                 self.store.touch(model_id)
             log.info("model %s loaded (%s, %d threads)", model_id or path, opts.backend, opts.threads)
             return self.snapshot()["model"]
-
-    @staticmethod
-    def _options_from(options: LoadOptions | None, overrides: dict[str, Any]) -> LoadOptions:
-        try:
-            return replace(options or LoadOptions(), **overrides).validate()
-        except TypeError as exc:
-            raise invalid("options", str(exc)) from exc
 
     def unload(self) -> None:
         """Unload the active model (``server_running`` while the server runs)."""

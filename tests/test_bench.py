@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -65,9 +66,11 @@ def test_bench_rejects_bad_options(tmp_path):
 
 def test_tune_candidates_cover_threads_and_options():
     candidates = tune_candidates(LoadOptions(), cpu_count=4)
-    plain = [c.threads for c in candidates if c.precision == "low" and c.dynamic_option is None and c.use_mmap]
+    plain = [c.threads for c in candidates if c == LoadOptions(threads=c.threads)]
     assert plain == [1, 2, 3, 4]
     assert any(c.precision == "high" for c in candidates) and any(c.dynamic_option == 8 for c in candidates)
+    assert {c.quant_qkv for c in candidates} == {None, 1, 3, 4}
+    assert all(c.threads == 4 for c in candidates if c.quant_qkv is not None)
     assert any(not c.use_mmap for c in candidates)
     assert len(candidates) == len(set(candidates))
 
@@ -85,12 +88,29 @@ def test_tune_saves_a_preset_that_load_uses(tmp_path):
     try:
         loaded = engine.load("tiny")
         assert loaded["options"] == tuned["best"]["options"]
-        explicit = engine.load("tiny", threads=1, precision="low")  # told otherwise
-        assert explicit["options"]["threads"] == 1 and explicit["options"]["dynamic_option"] is None
+        exact = engine.load("tiny", LoadOptions(threads=1))  # told otherwise
+        assert exact["options"] == asdict(LoadOptions(threads=1))
     finally:
         engine.close()
     store.delete("tiny")
     assert store.preset("tiny") is None
+
+
+def test_flags_given_are_layered_on_the_preset(tmp_path):
+    store = ModelStore(tmp_path / "home")
+    store.import_model(test_model_dir("tiny"), model_id="tiny")
+    preset = asdict(LoadOptions(threads=1, quant_qkv=3, dynamic_option=8))
+    store.save_preset("tiny", preset, {"decode_p50": 1.0})
+    result = run_cli(tmp_path / "home", "tiny", "--json", "--runs", "1", "--gen", "4", "--prompt-len", "8",
+                     "--threads", "2", "--kv-quant", "1")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["options"] == {**preset, "threads": 2, "quant_qkv": 1}
+    engine = Engine(store)
+    try:
+        assert engine.load("tiny")["options"] == preset
+        assert engine.load("tiny", precision="high")["options"] == {**preset, "precision": "high"}
+    finally:
+        engine.close()
 
 
 def test_bench_api_directly(tmp_path):
