@@ -15,10 +15,17 @@ SmolLM2-135M-Instruct, our MNN int4 conversion against its original Q4_1 GGUF
 reported. Prefill: time to evaluate the prompt; decode: greedy tokens with the
 end token banned, (tokens - 1) / time after the first.
 
-Set-up (cached under ~/.cache/mnn-engine/peers, about 6 minutes once):
-llama-cpp-python==0.3.36 built from its sdist (CMAKE_ARGS
-"-DGGML_NATIVE=ON -DGGML_OPENMP=ON") in its own venv; the HF -> GGUF
-conversion runs in the model tools' venv with the sdist's own gguf-py.
+Instruction sets: the MNN engine in the PyPI wheel has AVX2/FMA kernels only
+(no AVX-512 code), while llama.cpp built with GGML_NATIVE uses every
+extension of the CPU it is built on (AVX-512, VNNI, BF16 where present). So
+the Qwen pair also runs llama.cpp built for AVX2/FMA/F16C only
+("llama.cpp Q4_0 AVX2"), the same instruction set as MNN's kernels; each
+build's own feature line is saved with the results.
+
+Set-up (cached under ~/.cache/mnn-engine/, about 6 minutes per build, once):
+llama-cpp-python==0.3.36 built from its sdist in its own venv per build; the
+HF -> GGUF conversion runs in the model tools' venv with the sdist's own
+gguf-py.
 """
 
 from __future__ import annotations
@@ -37,8 +44,14 @@ from common import REPO, machine, median, save, test_model  # tools/bench is on 
 from mnn_engine.bench import TEXT
 
 CACHE = Path.home() / ".cache" / "mnn-engine" / "peers"
-VENV = Path.home() / ".cache" / "mnn-engine" / "peers-venv"
 LLAMA_CPP = "llama-cpp-python==0.3.36"
+COMMON_CMAKE = "-DGGML_OPENMP=ON -DCMAKE_BUILD_TYPE=Release"
+BUILDS = {  # build name -> (venv, CMake arguments)
+    "native": (Path.home() / ".cache" / "mnn-engine" / "peers-venv", f"-DGGML_NATIVE=ON {COMMON_CMAKE}"),
+    "avx2": (Path.home() / ".cache" / "mnn-engine" / "peers-venv-avx2",
+             "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "
+             f"-DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX_VNNI=OFF {COMMON_CMAKE}"),
+}
 
 LLAMA_WORKER = """
 import json, sys, time
@@ -92,15 +105,34 @@ def run(*cmd, **kw) -> str:
     return subprocess.run([str(c) for c in cmd], check=True, capture_output=True, text=True, **kw).stdout
 
 
-def ensure_llama_cpp() -> Path:
-    python = VENV / "bin" / "python"
+def ensure_llama_cpp(build: str = "native") -> Path:
+    venv, cmake_args = BUILDS[build]
+    python = venv / "bin" / "python"
     if not python.exists() or subprocess.run([python, "-c", "import llama_cpp"], capture_output=True).returncode:
-        print("building llama-cpp-python from its sdist (about 6 minutes)...", file=sys.stderr, flush=True)
-        run(sys.executable, "-m", "venv", VENV)
-        env = dict(os.environ, CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_OPENMP=ON -DCMAKE_BUILD_TYPE=Release",
-                   CMAKE_BUILD_PARALLEL_LEVEL="2")
+        print(f"building llama-cpp-python ({build}) from its sdist (about 6 minutes)...", file=sys.stderr, flush=True)
+        run(sys.executable, "-m", "venv", venv)
+        env = dict(os.environ, CMAKE_ARGS=cmake_args, CMAKE_BUILD_PARALLEL_LEVEL="2")
         run(python, "-m", "pip", "install", "-q", "--no-binary", "llama-cpp-python", LLAMA_CPP, "numpy", env=env)
     return python
+
+
+def mnn_features() -> str:
+    """Which x86 kernel families the linked MNN engine contains (by its symbol names)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("_mnncengine")
+    if spec is None or not spec.origin:
+        return "MNN engine library not found (not the PyPI wheel build)"
+    data = Path(spec.origin).read_bytes()
+    families = [name for name, marker in (("AVX2/FMA", b"_AVX_MNN"), ("AVX-512", b"_AVX512_"),
+                                          ("AVX-512 VNNI", b"VNNI")) if marker in data]
+    return f"{Path(spec.origin).name}: x86 kernels {', '.join(families) or 'none found'}"
+
+
+def llama_features(build: str) -> str:
+    """The CPU features this llama.cpp build uses, in its own words."""
+    return run(ensure_llama_cpp(build), "-c", "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())",
+               cwd="/").strip()
 
 
 def llama_source() -> Path:
@@ -150,7 +182,8 @@ def measure(engine: str, model: Path, threads: int, prompt_len: int, gen: int) -
         cache = CACHE / "mnn-cache" / model.name  # persists: the loads measured here are warm
         out = run(sys.executable, "-c", MNN_WORKER, model, threads, prompt_len, gen, cache, cwd="/")
     else:
-        out = run(ensure_llama_cpp(), "-c", LLAMA_WORKER, model, threads, prompt_len, gen, TEXT, cwd="/")
+        build = "avx2" if engine.endswith("AVX2") else "native"
+        out = run(ensure_llama_cpp(build), "-c", LLAMA_WORKER, model, threads, prompt_len, gen, TEXT, cwd="/")
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -161,34 +194,36 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--gen", type=int, default=128)
     args = parser.parse_args()
+    qwen_gguf = qwen_q4_0()
     pairs = {
-        "qwen3-0.6b-shape": {"mnn": test_model("qwen3-0.6b-shape"), "llama.cpp Q4_0": qwen_q4_0()},
+        "qwen3-0.6b-shape": {"mnn": test_model("qwen3-0.6b-shape"), "llama.cpp Q4_0": qwen_gguf,
+                             "llama.cpp Q4_0 AVX2": qwen_gguf},
         "smollm2-135m": {"mnn": test_model("smollm2-135m"), "llama.cpp Q4_1": smollm_q4_1()},
     }
     rows = []
     for engines in pairs.values():  # unmeasured: writes MNN's mmap cache and warms the page cache
         for engine, model in engines.items():
-            measure("mnn" if engine == "mnn" else "llama", model, 1, 16, 4)
+            measure(engine, model, 1, 16, 4)
     for model_name, engines in pairs.items():
         for threads in args.threads:
             samples: dict[str, list[dict[str, float]]] = {e: [] for e in engines}
             for r in range(args.rounds):
                 order = list(engines) if r % 2 == 0 else list(reversed(engines))
                 for engine in order:
-                    kind = "mnn" if engine == "mnn" else "llama"
-                    samples[engine].append(measure(kind, engines[engine], threads, args.prompt_len, args.gen))
+                    samples[engine].append(measure(engine, engines[engine], threads, args.prompt_len, args.gen))
             medians = {e: {k: median([s[k] for s in v]) for k in v[0]} for e, v in samples.items()}
-            peer = next(e for e in engines if e != "mnn")
-            row = {"model": model_name, "threads": threads, "medians": medians, "samples": samples,
-                   "ratios_mnn_over_peer": {k: medians["mnn"][k] / medians[peer][k] for k in medians["mnn"]}}
-            rows.append(row)
+            ratios = {peer: {k: medians["mnn"][k] / medians[peer][k] for k in medians["mnn"]}
+                      for peer in engines if peer != "mnn"}
+            rows.append({"model": model_name, "threads": threads, "medians": medians, "samples": samples,
+                         "ratios_mnn_over_peer": ratios})
             for engine, m in medians.items():
-                print(f"{model_name:<18} {threads} thr  {engine:<15} load {m['load_s']:.2f} s  "
+                print(f"{model_name:<18} {threads} thr  {engine:<20} load {m['load_s']:.2f} s  "
                       f"prefill {m['prefill_tps']:7.1f} tok/s  decode {m['decode_tps']:6.1f} tok/s", flush=True)
-            ratios = row["ratios_mnn_over_peer"]
-            print(f"{'':<18} {threads} thr  MNN/peer        load {ratios['load_s']:.2f}x  "
-                  f"prefill {ratios['prefill_tps']:.2f}x  decode {ratios['decode_tps']:.2f}x", flush=True)
-    print(f"saved {save('peers', {'machine': machine(), 'rows': rows})}")
+            for peer, ratio in ratios.items():
+                print(f"{'':<18} {threads} thr  {'MNN / ' + peer:<20} load {ratio['load_s']:.2f}x  "
+                      f"prefill {ratio['prefill_tps']:.2f}x  decode {ratio['decode_tps']:.2f}x", flush=True)
+    features = {"mnn": mnn_features(), **{f"llama.cpp ({build})": llama_features(build) for build in BUILDS}}
+    print(f"saved {save('peers', {'machine': machine(), 'cpu_features': features, 'rows': rows})}")
 
 
 if __name__ == "__main__":
