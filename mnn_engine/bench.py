@@ -112,8 +112,8 @@ def tune_candidates(base: LoadOptions, cpu_count: int) -> list[LoadOptions]:
     candidates = [replace(base, threads=t) for t in threads]
     best_guess = replace(base, threads=threads[-1])
     candidates += [replace(best_guess, precision="high"), replace(best_guess, dynamic_option=8),
-                   replace(best_guess, quant_qkv=1), replace(best_guess, quant_qkv=3),
-                   replace(best_guess, quant_qkv=4), replace(best_guess, use_mmap=not base.use_mmap)]
+                   replace(best_guess, quant_qkv=1), replace(best_guess, quant_qkv=2),
+                   replace(best_guess, quant_qkv=3), replace(best_guess, use_mmap=not base.use_mmap)]
     unique: list[LoadOptions] = []
     for c in candidates:
         if c not in unique:

@@ -69,7 +69,7 @@ def test_tune_candidates_cover_threads_and_options():
     plain = [c.threads for c in candidates if c == LoadOptions(threads=c.threads)]
     assert plain == [1, 2, 3, 4]
     assert any(c.precision == "high" for c in candidates) and any(c.dynamic_option == 8 for c in candidates)
-    assert {c.quant_qkv for c in candidates} == {None, 1, 3, 4}
+    assert {c.quant_qkv for c in candidates} == {None, 1, 2, 3}
     assert all(c.threads == 4 for c in candidates if c.quant_qkv is not None)
     assert any(not c.use_mmap for c in candidates)
     assert len(candidates) == len(set(candidates))

@@ -35,7 +35,7 @@ def _codes(action) -> str:
 @pytest.mark.parametrize("options", [
     {"threads": 0}, {"threads": 9}, {"threads": True}, {"threads": 2.5},
     {"backend": "cuda"}, {"precision": "medium"}, {"use_mmap": "yes"}, {"dynamic_option": 9},
-    {"quant_qkv": 5}, {"quant_qkv": True}, {"quant_qkv": -1},
+    {"quant_qkv": 4}, {"quant_qkv": True}, {"quant_qkv": -1},
 ])
 def test_load_options_are_validated(options):
     assert _codes(lambda: LoadOptions(**options).validate()) == "invalid_argument"
@@ -68,6 +68,13 @@ def test_loaded_model_records_its_options(engine):
                                 "dynamic_option": None, "quant_qkv": None}
     assert engine.snapshot()["engine"] == "ready"
     assert engine.store.cache_path("scripted").is_dir()  # MNN's tmp_path lives in the store
+
+
+@pytest.mark.parametrize("quant_qkv", [0, 1, 2, 3])
+def test_kv_cache_quantisation_keeps_the_scripted_reply(engine, quant_qkv):
+    engine.load("scripted", threads=1, quant_qkv=quant_qkv, dynamic_option=8)
+    assert engine.snapshot()["model"]["options"]["quant_qkv"] == quant_qkv
+    assert engine.chat(CHAT, temperature=0).text == SCRIPTED_TEXT
 
 
 def test_load_by_path_and_replace(engine):
