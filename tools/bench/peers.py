@@ -90,9 +90,10 @@ from mnn_engine import Llm, LoadOptions
 from mnn_engine.bench import prompt_ids
 from mnn_engine.models import prepare_cache
 path, threads, prompt_len, gen, cache = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+options = LoadOptions(threads=threads, **json.loads(sys.argv[6]))  # defaults: mmap on
 prepare_cache(Path(cache), Path(path))
 start = time.perf_counter()
-llm = Llm(path, **LoadOptions(threads=threads).mnn_config(Path(cache))).load()  # defaults: mmap on
+llm = Llm(path, **options.mnn_config(Path(cache))).load()
 load = time.perf_counter() - start
 ids = prompt_ids(llm, prompt_len)
 runs = [llm.generate(ids, temperature=0, max_tokens=gen, ignore_eos=True) for _ in range(3)][1:]
@@ -177,10 +178,14 @@ def smollm_q4_1() -> Path:
     return out
 
 
+MNN_VARIANTS = {"mnn": {}, "mnn kv-int8": {"quant_qkv": 1}}  # engine name -> LoadOptions fields
+
+
 def measure(engine: str, model: Path, threads: int, prompt_len: int, gen: int) -> dict[str, float]:
-    if engine == "mnn":
+    if engine in MNN_VARIANTS:
         cache = CACHE / "mnn-cache" / model.name  # persists: the loads measured here are warm
-        out = run(sys.executable, "-c", MNN_WORKER, model, threads, prompt_len, gen, cache, cwd="/")
+        out = run(sys.executable, "-c", MNN_WORKER, model, threads, prompt_len, gen, cache,
+                  json.dumps(MNN_VARIANTS[engine]), cwd="/")
     else:
         build = "avx2" if engine.endswith("AVX2") else "native"
         out = run(ensure_llama_cpp(build), "-c", LLAMA_WORKER, model, threads, prompt_len, gen, TEXT, cwd="/")
@@ -196,8 +201,8 @@ def main() -> None:
     args = parser.parse_args()
     qwen_gguf = qwen_q4_0()
     pairs = {
-        "qwen3-0.6b-shape": {"mnn": test_model("qwen3-0.6b-shape"), "llama.cpp Q4_0": qwen_gguf,
-                             "llama.cpp Q4_0 AVX2": qwen_gguf},
+        "qwen3-0.6b-shape": {"mnn": test_model("qwen3-0.6b-shape"), "mnn kv-int8": test_model("qwen3-0.6b-shape"),
+                             "llama.cpp Q4_0": qwen_gguf, "llama.cpp Q4_0 AVX2": qwen_gguf},
         "smollm2-135m": {"mnn": test_model("smollm2-135m"), "llama.cpp Q4_1": smollm_q4_1()},
     }
     rows = []
@@ -212,15 +217,15 @@ def main() -> None:
                 for engine in order:
                     samples[engine].append(measure(engine, engines[engine], threads, args.prompt_len, args.gen))
             medians = {e: {k: median([s[k] for s in v]) for k in v[0]} for e, v in samples.items()}
-            ratios = {peer: {k: medians["mnn"][k] / medians[peer][k] for k in medians["mnn"]}
-                      for peer in engines if peer != "mnn"}
+            ratios = {f"{ours} / {peer}": {k: medians[ours][k] / medians[peer][k] for k in medians[ours]}
+                      for ours in engines if ours in MNN_VARIANTS for peer in engines if peer not in MNN_VARIANTS}
             rows.append({"model": model_name, "threads": threads, "medians": medians, "samples": samples,
-                         "ratios_mnn_over_peer": ratios})
+                         "ratios": ratios})
             for engine, m in medians.items():
-                print(f"{model_name:<18} {threads} thr  {engine:<20} load {m['load_s']:.2f} s  "
+                print(f"{model_name:<18} {threads} thr  {engine:<36} load {m['load_s']:.2f} s  "
                       f"prefill {m['prefill_tps']:7.1f} tok/s  decode {m['decode_tps']:6.1f} tok/s", flush=True)
             for peer, ratio in ratios.items():
-                print(f"{'':<18} {threads} thr  {'MNN / ' + peer:<20} load {ratio['load_s']:.2f}x  "
+                print(f"{'':<18} {threads} thr  {peer:<36} load {ratio['load_s']:.2f}x  "
                       f"prefill {ratio['prefill_tps']:.2f}x  decode {ratio['decode_tps']:.2f}x", flush=True)
     features = {"mnn": mnn_features(), **{f"llama.cpp ({build})": llama_features(build) for build in BUILDS}}
     print(f"saved {save('peers', {'machine': machine(), 'cpu_features': features, 'rows': rows})}")
