@@ -22,6 +22,11 @@ the Qwen pair also runs llama.cpp built for AVX2/FMA/F16C only
 ("llama.cpp Q4_0 AVX2"), the same instruction set as MNN's kernels; each
 build's own feature line is saved with the results.
 
+KV cache: "mnn kv-int8" is MNN with int8 keys (quant_qkv=1, what
+``bench --tune`` picks on a 2-core x86 VM); "llama.cpp Q4_0 kv-q8" is the
+same idea on llama.cpp's side (type_k q8_0), so the comparison stays like
+for like. The other rows keep float (MNN) / f16 (llama.cpp) caches.
+
 Set-up (cached under ~/.cache/mnn-engine/, about 6 minutes per build, once):
 llama-cpp-python==0.3.36 built from its sdist in its own venv per build; the
 HF -> GGUF conversion runs in the model tools' venv with the sdist's own
@@ -58,9 +63,10 @@ import json, sys, time
 import numpy as np
 from llama_cpp import Llama
 path, threads, prompt_len, gen, text = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+options = json.loads(sys.argv[6])
 start = time.perf_counter()
 llm = Llama(model_path=path, n_ctx=512, n_batch=512, n_ubatch=512, n_threads=threads, n_threads_batch=threads,
-            verbose=False)
+            verbose=False, **options)
 load = time.perf_counter() - start
 tokens = llm.tokenize((text * 20).encode(), add_bos=False)[:prompt_len]
 eos = llm.token_eos()
@@ -179,6 +185,10 @@ def smollm_q4_1() -> Path:
 
 
 MNN_VARIANTS = {"mnn": {}, "mnn kv-int8": {"quant_qkv": 1}}  # engine name -> LoadOptions fields
+LLAMA_VARIANTS = {  # engine name -> (build, Llama() keywords); type_k 8 is GGML_TYPE_Q8_0
+    "llama.cpp Q4_0": ("native", {}), "llama.cpp Q4_0 kv-q8": ("native", {"type_k": 8}),
+    "llama.cpp Q4_0 AVX2": ("avx2", {}), "llama.cpp Q4_1": ("native", {}),
+}
 
 
 def measure(engine: str, model: Path, threads: int, prompt_len: int, gen: int) -> dict[str, float]:
@@ -187,8 +197,9 @@ def measure(engine: str, model: Path, threads: int, prompt_len: int, gen: int) -
         out = run(sys.executable, "-c", MNN_WORKER, model, threads, prompt_len, gen, cache,
                   json.dumps(MNN_VARIANTS[engine]), cwd="/")
     else:
-        build = "avx2" if engine.endswith("AVX2") else "native"
-        out = run(ensure_llama_cpp(build), "-c", LLAMA_WORKER, model, threads, prompt_len, gen, TEXT, cwd="/")
+        build, options = LLAMA_VARIANTS[engine]
+        out = run(ensure_llama_cpp(build), "-c", LLAMA_WORKER, model, threads, prompt_len, gen, TEXT,
+                  json.dumps(options), cwd="/")
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -202,7 +213,8 @@ def main() -> None:
     qwen_gguf = qwen_q4_0()
     pairs = {
         "qwen3-0.6b-shape": {"mnn": test_model("qwen3-0.6b-shape"), "mnn kv-int8": test_model("qwen3-0.6b-shape"),
-                             "llama.cpp Q4_0": qwen_gguf, "llama.cpp Q4_0 AVX2": qwen_gguf},
+                             "llama.cpp Q4_0": qwen_gguf, "llama.cpp Q4_0 kv-q8": qwen_gguf,
+                             "llama.cpp Q4_0 AVX2": qwen_gguf},
         "smollm2-135m": {"mnn": test_model("smollm2-135m"), "llama.cpp Q4_1": smollm_q4_1()},
     }
     rows = []
