@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from support import test_model_dir
 
 from mnn_engine import Engine, LoadOptions, ModelStore
-from mnn_engine.bench import bench, percentile, tune_candidates
+from mnn_engine.bench import TUNE_MARGIN, bench, option_candidates, percentile, pick_best, thread_candidates
 
 
 def run_cli(home, *args):
@@ -64,15 +64,29 @@ def test_bench_rejects_bad_options(tmp_path):
     assert missing.returncode == 2 and "[model_not_found]" in missing.stderr
 
 
-def test_tune_candidates_cover_threads_and_options():
-    candidates = tune_candidates(LoadOptions(), cpu_count=4)
-    plain = [c.threads for c in candidates if c == LoadOptions(threads=c.threads)]
-    assert plain == [1, 2, 3, 4]
-    assert any(c.precision == "high" for c in candidates) and any(c.dynamic_option == 8 for c in candidates)
-    assert {c.quant_qkv for c in candidates} == {None, 1, 2, 3}
-    assert all(c.threads == 4 for c in candidates if c.quant_qkv is not None)
-    assert any(not c.use_mmap for c in candidates)
-    assert len(candidates) == len(set(candidates))
+def test_tune_tries_threads_then_options_at_the_best_count():
+    assert [c.threads for c in thread_candidates(LoadOptions(), cpu_count=4)] == [1, 2, 3, 4]
+    assert [c.threads for c in thread_candidates(LoadOptions(), cpu_count=64)] == [1, 2, 3, 4, 6, 8]
+    options = option_candidates(LoadOptions(threads=3))
+    assert all(c.threads == 3 for c in options) and LoadOptions(threads=3) not in options
+    assert {c.quant_qkv for c in options} == {None, 1, 2, 3}
+    assert any(c.precision == "high" for c in options) and any(c.dynamic_option == 8 for c in options)
+    assert any(not c.use_mmap for c in options)
+    assert len(options) == len(set(options))
+
+
+@given(st.lists(st.floats(min_value=1, max_value=100), min_size=1, max_size=12))
+def test_pick_best_prefers_earlier_rows_within_the_margin(decodes):
+    table = [{"decode_p50": d} for d in decodes]
+    best = pick_best(table)
+    assert best["decode_p50"] * TUNE_MARGIN >= max(decodes)  # never far from the fastest
+    earlier = table[:table.index(best)]
+    assert all(best["decode_p50"] > row["decode_p50"] for row in earlier)  # replaced only by a faster row
+
+
+def test_pick_best_ignores_noise_sized_wins():
+    table = [{"decode_p50": 50.0}, {"decode_p50": 51.0}, {"decode_p50": 56.0}, {"decode_p50": 56.5}]
+    assert pick_best(table) is table[2]
 
 
 def test_tune_saves_a_preset_that_load_uses(tmp_path):
