@@ -305,7 +305,8 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", choices=PRECISIONS, default=None, help="default low")
     parser.add_argument("--dynamic-option", type=int, default=None, help="MNN's dynamic_option 0..8")
     parser.add_argument("--kv-quant", type=int, default=None,
-                        help="MNN's KV-cache quantisation quant_qkv: 0 off, 1 int8 keys, 2 fp8 values, 3 both")
+                        help="MNN's KV-cache quantisation quant_qkv: 0 off (default), 1 or 2 quantised keys "
+                             "(faster decode, slightly different outputs)")
 
 
 def _add_sampling(parser: argparse.ArgumentParser, max_tokens: int) -> None:

@@ -50,8 +50,10 @@ class LoadOptions:
     MNN's ``dynamic_option`` (0..8; None keeps MNN's default), which
     trades memory for speed in its low-memory int4/int8 kernels, and MNN's
     KV-cache quantisation ``quant_qkv`` (None or 0: float keys and values;
-    1: int8 keys; 2: fp8 values; 3: both). MNN's mode 4 (int8 query x key)
-    is refused: MNN 3.6.1 corrupts its heap with it on Qwen3-shaped models."""
+    1 and 2: quantised keys, faster decode, slightly different outputs; in
+    MNN 3.6.1 both give the same results). Modes 3 and 4 are refused: with
+    MNN 3.6.1 mode 3 produces garbage text on real models and mode 4
+    corrupts the heap on Qwen3-shaped ones."""
 
     backend: str = "cpu"
     use_mmap: bool = True
@@ -72,8 +74,9 @@ class LoadOptions:
         if self.dynamic_option is not None and (isinstance(self.dynamic_option, bool)
                                                 or self.dynamic_option not in range(9)):
             raise invalid("dynamic_option", f"must be an integer from 0 to 8 (got {self.dynamic_option!r})")
-        if self.quant_qkv is not None and (isinstance(self.quant_qkv, bool) or self.quant_qkv not in range(4)):
-            raise invalid("quant_qkv", f"must be an integer from 0 to 3 (got {self.quant_qkv!r})")
+        if self.quant_qkv is not None and (isinstance(self.quant_qkv, bool) or self.quant_qkv not in range(3)):
+            raise invalid("quant_qkv", f"must be 0, 1 or 2 (got {self.quant_qkv!r}; MNN's modes 3 and 4 "
+                                       "are broken in MNN 3.6.1)")
         return self
 
     def mnn_config(self, cache_dir: Path) -> dict[str, Any]:

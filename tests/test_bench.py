@@ -69,7 +69,7 @@ def test_tune_tries_threads_then_options_at_the_best_count():
     assert [c.threads for c in thread_candidates(LoadOptions(), cpu_count=64)] == [1, 2, 3, 4, 6, 8]
     options = option_candidates(LoadOptions(threads=3))
     assert all(c.threads == 3 for c in options) and LoadOptions(threads=3) not in options
-    assert {c.quant_qkv for c in options} == {None, 1, 2, 3}
+    assert {c.quant_qkv for c in options} == {None, 1, 2}
     assert any(c.precision == "high" for c in options) and any(c.dynamic_option == 8 for c in options)
     assert any(not c.use_mmap for c in options)
     assert len(options) == len(set(options))
@@ -110,10 +110,23 @@ def test_tune_saves_a_preset_that_load_uses(tmp_path):
     assert store.preset("tiny") is None
 
 
+def test_tune_table(tmp_path):
+    ModelStore(tmp_path / "home").import_model(test_model_dir("tiny"), model_id="tiny")
+    result = run_cli(tmp_path / "home", "tiny", "--tune", "--runs", "1", "--gen", "4", "--prompt-len", "8")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["options", "decode", "tok/s", "prefill", "tok/s", "load", "s"]
+    rows = [line for line in lines[1:] if line.startswith("cpu ")]
+    assert len(rows) == len(thread_candidates(LoadOptions(), os.cpu_count() or 1)) + 5
+    assert sum("<- best" in row for row in rows) == 1
+    assert any("quant_qkv 1" in row for row in rows) and "outputs differ slightly" in result.stdout
+    assert lines[-1].startswith("saved preset: ") and "trying cpu" in result.stderr
+
+
 def test_flags_given_are_layered_on_the_preset(tmp_path):
     store = ModelStore(tmp_path / "home")
     store.import_model(test_model_dir("tiny"), model_id="tiny")
-    preset = asdict(LoadOptions(threads=1, quant_qkv=3, dynamic_option=8))
+    preset = asdict(LoadOptions(threads=1, quant_qkv=2, dynamic_option=8))
     store.save_preset("tiny", preset, {"decode_p50": 1.0})
     result = run_cli(tmp_path / "home", "tiny", "--json", "--runs", "1", "--gen", "4", "--prompt-len", "8",
                      "--threads", "2", "--kv-quant", "1")

@@ -35,7 +35,7 @@ def _codes(action) -> str:
 @pytest.mark.parametrize("options", [
     {"threads": 0}, {"threads": 9}, {"threads": True}, {"threads": 2.5},
     {"backend": "cuda"}, {"precision": "medium"}, {"use_mmap": "yes"}, {"dynamic_option": 9},
-    {"quant_qkv": 4}, {"quant_qkv": True}, {"quant_qkv": -1},
+    {"quant_qkv": 3}, {"quant_qkv": 4}, {"quant_qkv": True}, {"quant_qkv": -1},
 ])
 def test_load_options_are_validated(options):
     assert _codes(lambda: LoadOptions(**options).validate()) == "invalid_argument"
@@ -45,8 +45,8 @@ def test_load_options_translate_to_mnn_keys(tmp_path):
     config = LoadOptions(threads=2, precision="high", use_mmap=True).mnn_config(tmp_path)
     assert config == {"backend_type": "cpu", "thread_num": 2, "precision": "high", "use_mmap": True,
                       "tmp_path": str(tmp_path)}
-    tuned = LoadOptions(dynamic_option=8, quant_qkv=3).mnn_config(tmp_path)
-    assert tuned["dynamic_option"] == 8 and tuned["quant_qkv"] == 3
+    tuned = LoadOptions(dynamic_option=8, quant_qkv=1).mnn_config(tmp_path)
+    assert tuned["dynamic_option"] == 8 and tuned["quant_qkv"] == 1
 
 
 def test_wheel_build_is_cpu_only():
@@ -70,7 +70,7 @@ def test_loaded_model_records_its_options(engine):
     assert engine.store.cache_path("scripted").is_dir()  # MNN's tmp_path lives in the store
 
 
-@pytest.mark.parametrize("quant_qkv", [0, 1, 2, 3])
+@pytest.mark.parametrize("quant_qkv", [0, 1, 2])
 def test_kv_cache_quantisation_keeps_the_scripted_reply(engine, quant_qkv):
     engine.load("scripted", threads=1, quant_qkv=quant_qkv, dynamic_option=8)
     assert engine.snapshot()["model"]["options"]["quant_qkv"] == quant_qkv

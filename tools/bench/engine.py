@@ -2,7 +2,7 @@
 """Our Cython generation loop versus MNN's own loop, on one loaded model.
 
 Usage: python tools/bench/engine.py [--model DIR] [--threads 1 2] [--prompt-len 128]
-                                    [--gen 128] [--iters 5] [--json OUT.json]
+                                    [--gen 128] [--iters 7] [--json OUT.json]
 
 Both loops run in the same process on the same loaded model (the same
 extension reaches ``Llm::response`` with a stream buffer for MNN's side),
@@ -16,7 +16,9 @@ timestamps:
 
 "ours+callback" hands every piece to a Python callback (the GIL is taken once
 per token), as streaming users do; "ours" runs without one. Figures are
-medians over ``--iters`` runs; ratios are ours / MNN (target: >= 0.99).
+medians over ``--iters`` runs; ratios are ours / MNN (target: >= 0.99): the
+ratio of the medians, the ratio of the best runs, and the paired ratio (the
+median of each round's ours / MNN, which cancels the machine's slow drifts).
 The default model is the Qwen3-0.6B-shape test model (built with
 ``tools/models/build_test_models.py --big``).
 """
@@ -29,7 +31,7 @@ import statistics
 import time
 from pathlib import Path
 
-from common import machine, save, test_model  # tools/bench is on sys.path when run as a script
+from common import machine, paired_ratio, save, test_model  # tools/bench is on sys.path when run as a script
 
 
 def ours(llm, ids: list[int], gen: int, with_callback: bool) -> dict[str, float]:
@@ -87,9 +89,14 @@ def bench(model: Path, threads: int, prompt_len: int, gen: int, iters: int) -> d
                        "decode": stat[name]["decode_tps"] / stat["mnn"]["decode_tps"]}
                 for name in ("ours", "ours+callback")}
 
+    def series(name: str, phase: str) -> list[float]:
+        return [s[f"{phase}_tps"] for s in samples[name]]
+
+    paired = {name: {phase: paired_ratio(series(name, phase), series("mnn", phase)) for phase in ("prefill", "decode")}
+              for name in ("ours", "ours+callback")}
     return {"model": str(model), "threads": threads, "prompt_len": prompt_len, "gen": gen, "iters": iters,
             "load_s": load_s, "medians": medians, "bests": bests, "ratios": ratios_of(medians),
-            "best_ratios": ratios_of(bests), "samples": samples}
+            "best_ratios": ratios_of(bests), "paired_ratios": paired, "samples": samples}
 
 
 def report(result: dict) -> str:
@@ -98,14 +105,15 @@ def report(result: dict) -> str:
         f"model {result['model']}  threads {result['threads']}  prompt {result['prompt_len']}  "
         f"gen {result['gen']}  iters {result['iters']}  load {result['load_s']:.2f}s",
         f"{'loop':<15}{'prefill tok/s':>15}{'decode tok/s':>15}{'prefill ratio':>15}{'decode ratio':>15}"
-        f"{'best-of ratios':>18}",
+        f"{'best-of ratios':>18}{'paired ratios':>18}",
     ]
-    best = result["best_ratios"]
+    best, paired = result["best_ratios"], result["paired_ratios"]
+    one = {"prefill": 1.0, "decode": 1.0}
     for name in ("mnn", "ours", "ours+callback"):
-        r = rat.get(name, {"prefill": 1.0, "decode": 1.0})
-        b = best.get(name, {"prefill": 1.0, "decode": 1.0})
+        r, b, p = rat.get(name, one), best.get(name, one), paired.get(name, one)
         lines.append(f"{name:<15}{med[name]['prefill_tps']:>15.1f}{med[name]['decode_tps']:>15.2f}"
-                     f"{r['prefill']:>15.3f}{r['decode']:>15.3f}{b['prefill']:>9.3f}{b['decode']:>9.3f}")
+                     f"{r['prefill']:>15.3f}{r['decode']:>15.3f}{b['prefill']:>9.3f}{b['decode']:>9.3f}"
+                     f"{p['prefill']:>9.3f}{p['decode']:>9.3f}")
     return "\n".join(lines)
 
 
@@ -115,7 +123,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--gen", type=int, default=128)
-    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=7)
     parser.add_argument("--json", type=Path, default=None, help="write all samples and medians here")
     args = parser.parse_args()
     model = args.model or test_model("qwen3-0.6b-shape")

@@ -22,10 +22,11 @@ the Qwen pair also runs llama.cpp built for AVX2/FMA/F16C only
 ("llama.cpp Q4_0 AVX2"), the same instruction set as MNN's kernels; each
 build's own feature line is saved with the results.
 
-KV cache: "mnn kv-int8" is MNN with int8 keys (quant_qkv=1, what
-``bench --tune`` picks on a 2-core x86 VM); "llama.cpp Q4_0 kv-q8" is the
-same idea on llama.cpp's side (type_k q8_0), so the comparison stays like
-for like. The other rows keep float (MNN) / f16 (llama.cpp) caches.
+KV cache: "mnn kv-int8" is MNN with quantised keys (quant_qkv=1, one of the
+options ``bench --tune`` tries; outputs differ slightly from the float
+cache); "llama.cpp Q4_0 kv-q8" is the same idea on llama.cpp's side (type_k
+q8_0), so the comparison stays like for like. The other rows keep float
+(MNN) / f16 (llama.cpp) caches.
 
 Set-up (cached under ~/.cache/mnn-engine/, about 6 minutes per build, once):
 llama-cpp-python==0.3.36 built from its sdist in its own venv per build; the

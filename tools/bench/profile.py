@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Where decode time goes: a `perf` profile of MNN decoding the Qwen3-0.6B shape.
+
+Usage: python tools/bench/profile.py [--threads 1 2] [--gen 256]
+
+Each configuration runs in a fresh process under ``perf record`` (sampling
+at 999 Hz): a warm load, a 16-token prompt, then ``--gen`` greedy tokens, so
+decode dominates the samples. Samples are grouped by symbol into the kernel
+families below; the share of each family is what the report shows. Needs
+Linux ``perf`` (Debian: ``apt install linux-perf``); without it the script
+says so and saves nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from common import machine, save, test_model  # tools/bench is on sys.path
+
+WORKER = """
+import json, sys
+from pathlib import Path
+from mnn_engine import Llm, LoadOptions
+from mnn_engine.bench import prompt_ids
+from mnn_engine.models import prepare_cache
+path, threads, gen, cache, extra = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]), sys.argv[5]
+prepare_cache(cache, Path(path))
+llm = Llm(path, **LoadOptions(threads=threads, **json.loads(extra)).mnn_config(cache)).load()
+ids = prompt_ids(llm, 16)
+result = llm.generate(ids, temperature=0, max_tokens=gen, ignore_eos=True)
+print(json.dumps({"decode_tps": result.decode_tokens_per_second}))
+"""
+
+# (family, pattern on the symbol name); the first match wins.
+FAMILIES = (
+    ("int4 weight matmuls (MNN int8 GEMM kernels)", re.compile(r"GemmInt8|DenseConvInt8|DynamicUpdateConvBiasScale|"
+                                                              r"Float2Int8|SumByAxisLForMatmul|PackC4ForMatMul_A")),
+    ("attention (float matmul, softmax, KV cache)", re.compile(r"PackedMatMul|CPUAttention|KVCache|ExpC8|"
+                                                              r"QuantAttention|Softmax")),
+    ("thread pool hand-offs (scheduler, sched_yield)", re.compile(r"schedule|sched_yield|ThreadPool|futex|"
+                                                                 r"syscall|switch_to|_raw_spin")),
+    ("our loop (Cython sampler, callbacks)", re.compile(r"__pyx_|_mnn\b")),
+)
+OTHER = "other (norms, element-wise ops, Python, kernel)"
+LINE = re.compile(r"^\s*([\d.]+)%\s+\[[.k]\]\s+(.+?)\s*$")
+CONFIGS = {"default": {}, "kv-int8": {"quant_qkv": 1}}
+
+
+def group(report: str) -> dict[str, float]:
+    """Shares (percent) per family from ``perf report --sort symbol --stdio`` output."""
+    shares = {name: 0.0 for name, _ in FAMILIES} | {OTHER: 0.0}
+    for line in report.splitlines():
+        match = LINE.match(line)
+        if not match:
+            continue
+        percent, symbol = float(match.group(1)), match.group(2)
+        family = next((name for name, pattern in FAMILIES if pattern.search(symbol)), OTHER)
+        shares[family] += percent
+    return shares
+
+
+def profile(model: Path, threads: int, gen: int, extra: dict, cache: Path) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "perf.data"
+        out = subprocess.run(["perf", "record", "-q", "-F", "999", "-o", str(data), "--", sys.executable, "-c",
+                              WORKER, str(model), str(threads), str(gen), str(cache), json.dumps(extra)],
+                             check=True, capture_output=True, text=True, cwd="/").stdout
+        report = subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--sort", "symbol", "--stdio",
+                                 "--percent-limit", "0.05"], check=True, capture_output=True, text=True).stdout
+    top = [m.groups() for m in map(LINE.match, report.splitlines()) if m][:8]
+    return {"threads": threads, "options": extra, "decode_tps": json.loads(out.strip().splitlines()[-1])["decode_tps"],
+            "shares": group(report), "top_symbols": [{"percent": float(p), "symbol": s} for p, s in top]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--gen", type=int, default=256)
+    args = parser.parse_args()
+    if shutil.which("perf") is None:
+        print("perf is not installed (Debian: apt install linux-perf); nothing measured", file=sys.stderr)
+        return
+    model = test_model("qwen3-0.6b-shape")
+    runs = []
+    with tempfile.TemporaryDirectory() as cache:
+        for threads in args.threads:
+            for name, extra in CONFIGS.items():
+                run = profile(model, threads, args.gen, extra, Path(cache))
+                run["config"] = name
+                runs.append(run)
+                shares = "  ".join(f"{family.split(' (')[0]} {share:.1f}%" for family, share in run["shares"].items())
+                print(f"{threads} thr {name:<8} decode {run['decode_tps']:.1f} tok/s  {shares}", flush=True)
+    print(f"saved {save('profile', {'machine': machine(), 'model': str(model), 'gen': args.gen, 'runs': runs})}")
+
+
+if __name__ == "__main__":
+    main()
