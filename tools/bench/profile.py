@@ -4,7 +4,8 @@
 Usage: python tools/bench/profile.py [--threads 1 2] [--gen 256]
 
 Each configuration runs in a fresh process under ``perf record`` (sampling
-at 999 Hz): a warm load, a 16-token prompt, then ``--gen`` greedy tokens, so
+at 999 Hz): a warm load (the weights cache is written by an unprofiled run
+first), a 16-token prompt, then ``--gen`` greedy tokens, so
 decode dominates the samples. Samples are grouped by symbol into the kernel
 families below; the share of each family is what the report shows. Needs
 Linux ``perf`` (Debian: ``apt install linux-perf``); without it the script
@@ -90,6 +91,9 @@ def main() -> None:
     model = test_model("qwen3-0.6b-shape")
     runs = []
     with tempfile.TemporaryDirectory() as cache:
+        # unprofiled: writes MNN's prepared-weights cache, so the profiled loads are warm
+        subprocess.run([sys.executable, "-c", WORKER, str(model), "1", "4", cache, "{}"], check=True,
+                       capture_output=True, cwd="/")
         for threads in args.threads:
             for name, extra in CONFIGS.items():
                 run = profile(model, threads, args.gen, extra, Path(cache))
