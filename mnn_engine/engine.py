@@ -46,10 +46,10 @@ class LoadOptions:
     experimental), ``use_mmap`` (default on: MNN writes its prepared weights to a
     cache file in the model's cache directory on the first load and maps them
     afterwards, so later loads take tens of milliseconds instead of seconds and
-    the weights stay reclaimable page cache; see docs/benchmarks.md), ``precision`` (low or high), ``threads`` (1..8)
-    MNN's ``dynamic_option`` (0..8; None keeps MNN's default), which
-    trades memory for speed in its low-memory int4/int8 kernels, and MNN's
-    KV-cache quantisation ``quant_qkv`` (None or 0: float keys and values;
+    the weights stay reclaimable page cache; see docs/benchmarks.md),
+    ``precision`` (low or high), ``threads`` (1..8), MNN's ``dynamic_option``
+    (0..8; None keeps MNN's default), which trades memory for speed in its
+    low-memory int4/int8 kernels, and MNN's KV-cache quantisation ``quant_qkv`` (None or 0: float keys and values;
     1 and 2: quantised keys, faster decode, slightly different outputs; in
     MNN 3.6.1 both give the same results). Modes 3 and 4 are refused: with
     MNN 3.6.1 mode 3 produces garbage text on real models and mode 4
