@@ -106,6 +106,13 @@ def peers_section(data: dict[str, Any]) -> list[str]:
         for name, r in peer_ratios(row).items():
             lines.append(f"| {row['model']} | {row['threads']} | **{name}** | {r['load_s']:.2f}x | "
                          f"{r['prefill_tps']:.2f}x | {r['decode_tps']:.2f}x |")
+    for row in data["rows"]:
+        med = row["medians"]
+        if "llama.cpp Q4_0" in med and "llama.cpp Q4_0 AVX2" in med:
+            native, avx2 = med["llama.cpp Q4_0"], med["llama.cpp Q4_0 AVX2"]
+            lines += ["", f"{row['threads']} thread(s): llama.cpp's native build (AVX-512 here) against its AVX2 "
+                      f"build: prefill {native['prefill_tps'] / avx2['prefill_tps']:.2f}x, decode "
+                      f"{native['decode_tps'] / avx2['decode_tps']:.2f}x."]
     if data.get("cpu_features"):
         lines += ["", "CPU features each engine uses (llama.cpp's own report; MNN's kernel families found in the "
                   "engine library):", ""]
@@ -122,7 +129,7 @@ def peer_ratios(row: dict[str, Any]) -> dict[str, dict[str, float]]:
 
 def profile_section(data: dict[str, Any]) -> list[str]:
     families = list(data["runs"][0]["shares"])
-    lines = ["## Where decode time goes (`tools/bench/profile.py`)", "",
+    lines = ["## Where decode time goes (`tools/bench/decode_profile.py`)", "",
              f"`perf` samples of a fresh process decoding {data['gen']} tokens after a 16-token prompt, "
              "grouped by symbol; percent of all samples.", "",
              f"| threads | KV cache | decode tok/s | {' | '.join(families)} |",

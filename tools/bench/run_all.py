@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SUITE = ["engine.py", "http_stream.py", "memory.py", "ceiling.py", "peers.py", "profile.py"]
+SUITE = ["engine.py", "http_stream.py", "memory.py", "ceiling.py", "peers.py", "decode_profile.py"]
 
 
 def main() -> None:

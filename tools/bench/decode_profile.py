@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where decode time goes: a `perf` profile of MNN decoding the Qwen3-0.6B shape.
 
-Usage: python tools/bench/profile.py [--threads 1 2] [--gen 256]
+Usage: python tools/bench/decode_profile.py [--threads 1 2] [--gen 256]
 
 Each configuration runs in a fresh process under ``perf record`` (sampling
 at 999 Hz): a warm load (the weights cache is written by an unprofiled run

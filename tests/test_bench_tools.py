@@ -1,0 +1,73 @@
+"""The benchmark suite's helpers and its report writer (tools/bench), on recorded results."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools" / "bench"))
+
+import common  # noqa: E402
+import decode_profile as perf_profile  # noqa: E402
+import report  # noqa: E402
+
+PERF_REPORT = """\
+# Samples: 8K of event 'cpu-clock'
+#
+    52.97%  [.] _AVX_MNNGemmInt8AddBiasScale_16x4_w4
+    12.46%  [k] __schedule
+     4.58%  [.] _AVX_MNNPackedMatMulRemainFMA
+     2.64%  [k] do_sched_yield
+     1.13%  [.] MNNDynamicUpdateConvBiasScale
+     0.85%  [.] MNNQuantAttentionKey
+     0.61%  [.] __pyx_f_4_mnn_8_Sampler_argmax
+     0.47%  [.] _AVX_MNNNorm
+"""
+
+
+def test_profile_groups_symbols_into_kernel_families():
+    shares = perf_profile.group(PERF_REPORT)
+    by_start = {name.split(" (")[0]: value for name, value in shares.items()}
+    assert round(by_start["int4 weight matmuls"], 2) == 54.10
+    assert round(by_start["attention"], 2) == 5.43
+    assert round(by_start["thread pool hand-offs"], 2) == 15.10
+    assert round(by_start["our loop"], 2) == 0.61
+    assert round(by_start["other"], 2) == 0.47
+
+
+@given(st.lists(st.floats(min_value=0.1, max_value=1e4), min_size=1, max_size=20))
+def test_paired_ratio_of_a_series_with_itself_is_one(values):
+    assert common.paired_ratio(values, values) == 1.0
+    assert abs(common.paired_ratio([2 * v for v in values], values) - 2.0) < 1e-12
+
+
+def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkeypatch):
+    out = tmp_path / "benchmarks.md"
+    monkeypatch.setattr(sys, "argv", ["report.py", "--results", str(REPO / "bench-results"), "--out", str(out)])
+    report.main()
+    text = out.read_text()
+    for heading in ("## Targets", "## Our generation loop", "## HTTP streaming", "## Memory", "## Bandwidth ceiling",
+                    "## Peers", "## Where decode time goes"):
+        assert heading in text, heading
+    assert "(not measured in this run)" not in text
+    assert "| decode mnn / llama.cpp Q4_0 >= 1.1" in text
+
+
+def test_report_reads_older_peer_results(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "bench-results", results)
+    peers = json.loads((results / "peers.json").read_text())
+    for row in peers["rows"]:  # the layout before per-peer ratios: one peer, one ratio set
+        row["medians"] = {e: m for e, m in row["medians"].items() if e in ("mnn", "llama.cpp Q4_0", "llama.cpp Q4_1")}
+        peer = next(e for e in row["medians"] if e != "mnn")
+        row["ratios_mnn_over_peer"] = row.pop("ratios")[f"mnn / {peer}"]
+    (results / "peers.json").write_text(json.dumps(peers))
+    lines = report.targets_section(results)
+    assert any(line.startswith("| decode mnn / llama.cpp Q4_0 >= 1.1") for line in lines)
+    assert any(line.startswith("| warm load <= llama.cpp") for line in lines)
