@@ -54,7 +54,10 @@ class GenerationResult:
     ``finish_reason`` is ``stop`` (end token or stop string), ``length``
     (max_tokens or the context limit), ``cancelled`` or ``error``.
     Times are in milliseconds; ``decode_tokens_per_second`` counts the
-    single-token forwards after the first token.
+    single-token forwards after the first token. ``decode_forward_ms`` is the
+    part of ``decode_ms`` spent inside MNN's forwards; the rest is this
+    package's own per-token work (sampling, stop checks, detokenising,
+    callbacks).
     """
 
     text: str
@@ -70,6 +73,7 @@ class GenerationResult:
     seed: int
     logprobs: tuple[TokenLogprob, ...] | None = None
     error: str | None = None
+    decode_forward_ms: float = 0.0
 
     @property
     def prefill_tokens_per_second(self) -> float:
@@ -479,6 +483,7 @@ def _result(raw: dict[str, Any], seed: int) -> GenerationResult:
         seed=seed,
         logprobs=logprobs,
         error=raw["error_message"] or None,
+        decode_forward_ms=raw["decode_forward_ms"],
     )
 
 

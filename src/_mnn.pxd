@@ -26,6 +26,7 @@ cdef extern from "mnn_llm_api.h" namespace "MNN::Transformer" nogil:
         int64_t load_us
         int64_t prefill_us
         int64_t decode_us
+        int64_t sample_us
         int current_token
 
     cdef cppclass Llm:

@@ -75,6 +75,7 @@ def test_result_stats(scripted, chat):
     assert result.prompt_tokens == len(scripted.prompt_ids(chat))
     assert 0 < result.prefill_ms <= result.time_to_first_token_ms <= result.total_ms
     assert result.decode_ms > 0 and result.decode_steps == result.completion_tokens
+    assert 0 < result.decode_forward_ms < result.decode_ms  # MNN's forwards; the rest is our loop
     assert result.decode_tokens_per_second > 0 and result.prefill_tokens_per_second > 0
     assert result.usage == {"prompt_tokens": result.prompt_tokens, "completion_tokens": 17,
                             "total_tokens": result.prompt_tokens + 17}

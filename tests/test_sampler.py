@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from array import array
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from mnn_engine import _mnn
 
 PROMPTS = st.sampled_from([
     "Hello",
@@ -47,6 +50,14 @@ def test_min_p_1_is_greedy(tiny, prompt, seed):
     sampled = tiny.generate(prompt, temperature=1.0, top_k=0, top_p=1.0, min_p=1.0,
                             seed=seed, max_tokens=N, ignore_eos=True)
     assert sampled.token_ids == _greedy(tiny, prompt)
+
+
+@given(st.lists(st.one_of(st.floats(width=32, allow_nan=False), st.sampled_from([0.0, 1.0, -math.inf])),
+                min_size=1, max_size=70))
+def test_argmax_is_the_first_largest_logit(values):
+    # few distinct values force ties; lengths around multiples of 8 cover the vector body and its tail
+    expected = values.index(max(values))
+    assert _mnn.argmax_logits(array("f", values)) == expected
 
 
 @SETTINGS

@@ -40,18 +40,21 @@ def loop_section(data: dict[str, Any]) -> list[str]:
     lines = ["## Our generation loop vs MNN's own loop (`tools/bench/engine.py`)", "",
              "Same process, same loaded model, loops alternating run by run; target: both ratios >= 0.99. "
              "Ratios: of the medians, of the best runs, and paired (the median of each round's ratio, "
-             "which the targets use).", "",
+             "which the targets use). Own work: our loop's decode time outside MNN's forwards (sampling, stop "
+             "checks, detokenising, the callback), the part of the ratio that is ours.", "",
              "| threads | loop | prefill tok/s | decode tok/s | ratio of medians (prefill / decode) | "
-             "best-of ratios | paired ratios |",
-             "|---|---|---|---|---|---|---|"]
+             "best-of ratios | paired ratios | own work per token |",
+             "|---|---|---|---|---|---|---|---|"]
     one = {"prefill": 1.0, "decode": 1.0}
     for result in data["results"]:
         for name in ("mnn", "ours", "ours+callback"):
             med = result["medians"][name]
             cells = [f"{r.get(name, one)['prefill']:.3f} / {r.get(name, one)['decode']:.3f}"
                      for r in (result["ratios"], result.get("best_ratios", {}), result.get("paired_ratios", {}))]
+            own = (f"{med['own_us_per_token']:.0f} us ({med['own_share'] * 100:.2f} % of decode)"
+                   if "own_us_per_token" in med else "")
             lines.append(f"| {result['threads']} | {name} | {med['prefill_tps']:.1f} | {med['decode_tps']:.2f} | "
-                         f"{' | '.join(cells)} |")
+                         f"{' | '.join(cells)} | {own} |")
     return lines
 
 
