@@ -135,7 +135,7 @@ class Llm:
         self._template_context: dict[str, Any] = {}
         self._chat_template: str | None = None
         self.last_result: GenerationResult | None = None
-        self.load_seconds = 0.0  # of the last load(): reading the model, and the warm-up forward
+        self.load_seconds = 0.0  # of the last load(): MNN reading the model, without the warm-up forward
         self.warmup_seconds = 0.0
 
     # ------------------------------------------------------------------ lifecycle

@@ -10,15 +10,16 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SUITE = ["engine.py", "http_stream.py", "memory.py", "ceiling.py", "peers.py", "decode_profile.py"]
+SUITE = ["engine.py", "http_stream.py", "memory.py", "ceiling.py", "peers.py", "load.py", "decode_profile.py"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--skip-peers", action="store_true", help="skip llama.cpp (its first build takes ~6 min)")
+    parser.add_argument("--skip-peers", action="store_true",
+                        help="skip the benchmarks that need llama.cpp (its first build takes ~6 min)")
     args = parser.parse_args()
     for script in SUITE:
-        if args.skip_peers and script == "peers.py":
+        if args.skip_peers and script in ("peers.py", "load.py"):
             continue
         print(f"== {script}", flush=True)
         subprocess.run([sys.executable, str(HERE / script)], check=True)
