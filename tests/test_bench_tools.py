@@ -20,7 +20,7 @@ import report  # noqa: E402
 PERF_REPORT = """\
 # Samples: 8K of event 'cpu-clock'
 #
-    52.97%  [.] _AVX_MNNGemmInt8AddBiasScale_16x4_w4
+    52.97%  [.] _AVX_MNNGemmInt8AddBiasScale_16x4_w4                                 -      -
     12.46%  [k] __schedule
      4.58%  [.] _AVX_MNNPackedMatMulRemainFMA
      2.64%  [k] do_sched_yield
@@ -39,6 +39,11 @@ def test_profile_groups_symbols_into_kernel_families():
     assert round(by_start["thread pool hand-offs"], 2) == 15.10
     assert round(by_start["our loop"], 2) == 0.61
     assert round(by_start["other"], 2) == 0.47
+
+
+def test_profile_lines_keep_only_the_symbol():
+    match = perf_profile.LINE.match("    52.97%  [.] MNN::CPUAttention::onExecute(int) const        -      -   ")
+    assert match and match.groups() == ("52.97", "MNN::CPUAttention::onExecute(int) const")
 
 
 @given(st.lists(st.floats(min_value=0.1, max_value=1e4), min_size=1, max_size=20))

@@ -50,7 +50,7 @@ FAMILIES = (
     ("our loop (Cython sampler, callbacks)", re.compile(r"__pyx_|_mnn\b")),
 )
 OTHER = "other (norms, element-wise ops, Python, kernel)"
-LINE = re.compile(r"^\s*([\d.]+)%\s+\[[.k]\]\s+(.+?)\s*$")
+LINE = re.compile(r"^\s*([\d.]+)%\s+\[[.k]\]\s+(.+?)(?:\s{2,}.*)?$")  # perf pads with more columns
 CONFIGS = {"default": {}, "kv-int8": {"quant_qkv": 1}}
 
 
