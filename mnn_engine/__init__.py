@@ -16,7 +16,7 @@ with captured_native_output():  # the engine prints CPU features when it loads
 
 from .build import backend_capabilities, build_info
 from .engine import Engine, LoadOptions
-from .llm import GenerationResult, Llm, TokenLogprob
+from .llm import GenerationResult, Llm, ScoreResult, TokenLogprob
 from .models import ModelInfo, ModelStore, model_id_from_name
 from .sampling import GenerationConfig
 from .state import Event, LogEntry
@@ -35,6 +35,7 @@ __all__ = [
     "MnnEngineError",
     "ModelInfo",
     "ModelStore",
+    "ScoreResult",
     "TokenLogprob",
     "__version__",
     "backend_capabilities",

@@ -92,6 +92,25 @@ class GenerationResult:
         }
 
 
+@dataclass(frozen=True)
+class ScoreResult:
+    """Teacher-forced log-probabilities (natural log) of a continuation's
+    tokens (``Llm.score``)."""
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    cancelled: bool = False
+
+    @property
+    def total_logprob(self) -> float:
+        return math.fsum(self.logprobs)
+
+    @property
+    def perplexity(self) -> float:
+        """exp of the mean negative log-probability per token (inf when nothing was scored)."""
+        return math.exp(-self.total_logprob / len(self.logprobs)) if self.logprobs else math.inf
+
+
 def _close_core(core: _mnn.LlmCore) -> None:
     with captured_native_output():
         core.close()
@@ -435,18 +454,52 @@ class Llm:
         with self._using() as core:
             core.inject_failure(after_tokens)
 
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[_mnn.LlmCore]:
+        """The core, with the generation lock (``busy`` if a generation runs)."""
+        with self._using() as core:
+            if not self._generation_lock.acquire(blocking=False):
+                raise MnnEngineError("busy", "a generation is already running on this model")
+            try:
+                core.clear_cancel()
+                yield core
+            finally:
+                self._generation_lock.release()
+
+    # ------------------------------------------------------------------ scoring
+    def score(self, prompt: Prompt, continuation: str | Sequence[int]) -> ScoreResult:
+        """How likely the model finds ``continuation`` after ``prompt``: the
+        log-probability of each continuation token given everything before it
+        (teacher forcing, one forward per token; no sampling). ``prompt`` is
+        text, token ids or chat messages; ``continuation`` text or token ids.
+        ``cancel()`` stops it (``cancelled`` is then set and no scores are
+        returned). For evaluation, e.g. perplexity."""
+        prompt_ids = self.prompt_ids(prompt)
+        if isinstance(continuation, str):
+            target_ids = self.tokenize(continuation)
+        elif isinstance(continuation, Sequence) and not isinstance(continuation, (bytes, bytearray)):
+            target_ids = self._checked_ids(continuation, "continuation")
+        else:
+            raise invalid("continuation", "must be text or a list of token ids")
+        if not target_ids:
+            raise invalid("continuation", "has no tokens")
+        if len(prompt_ids) + len(target_ids) > self._context_limit:
+            raise MnnEngineError("context_length_exceeded",
+                                 f"prompt and continuation have {len(prompt_ids) + len(target_ids)} tokens; "
+                                 f"the context holds {self._context_limit}", param="continuation")
+        with self._exclusive() as core:
+            logprobs = core.score(prompt_ids, target_ids)
+        if logprobs is None:
+            raise MnnEngineError("generation_failed", "MNN returned no float32 logits while scoring")
+        return ScoreResult(tuple(target_ids), tuple(logprobs), cancelled=not logprobs)
+
     # ------------------------------------------------------------------ baseline
     def mnn_response(self, token_ids: Sequence[int], max_new_tokens: int) -> dict[str, Any]:
         """Run MNN's own loop (``Llm::response``) over token ids, with the
         sampler MNN built at load; returns its timings. For benchmarks."""
         ids = self._checked_ids(token_ids, "token_ids")
-        with self._using() as core:
-            if not self._generation_lock.acquire(blocking=False):
-                raise MnnEngineError("busy", "a generation is already running on this model")
-            try:
-                return core.mnn_response(ids, int(max_new_tokens))
-            finally:
-                self._generation_lock.release()
+        with self._exclusive() as core:
+            return core.mnn_response(ids, int(max_new_tokens))
 
     def __repr__(self) -> str:
         state = "loaded" if self.is_loaded else "not loaded"

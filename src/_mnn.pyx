@@ -364,6 +364,47 @@ cdef class _Sampler:
 
 
 # ---------------------------------------------------------------- the model
+cdef cbool score_targets(Llm* llm, const vector[int]& prompt, const vector[int]& targets,
+                         atomic[int]* cancel, vector[double]* out) noexcept nogil:
+    """Fill ``out`` with log p(target i | prompt, targets before i). False when
+    MNN returns no logits; stops early (``out`` cleared) when cancelled."""
+    cdef VARP logits_var
+    cdef const float* logits
+    cdef int vocab = 0
+    cdef int i, j, token
+    cdef float m
+    cdef double total
+    cdef vector[int] one = vector[int](1)
+    llm.reset()
+    llm.generate_init(NULL, NULL)
+    logits_var = llm.forward(prompt, True)
+    for i in range(<int>targets.size()):
+        if cancel[0].load() != 0:
+            out.clear()
+            break
+        logits = read_logits(logits_var, &vocab)
+        token = targets[i]
+        if logits == NULL or not 0 <= token < vocab:
+            varp_reset(logits_var)
+            llm.reset()
+            return False
+        m = -INFINITY
+        for j in range(vocab):
+            if logits[j] > m:
+                m = logits[j]
+        total = 0.0
+        for j in range(vocab):
+            total += exp(logits[j] - m)
+        out.push_back(logits[token] - m - log(total))
+        if i + 1 < <int>targets.size():
+            varp_reset(logits_var)
+            one[0] = token
+            logits_var = llm.forward(one, False)
+    varp_reset(logits_var)
+    llm.reset()
+    return True
+
+
 cdef string decode_token(Llm* llm, unordered_map[int, string]* overrides, int token) noexcept nogil:
     cdef string piece = llm.tokenizer_decode(token)
     cdef unordered_map[int, string].iterator found
@@ -572,6 +613,21 @@ cdef class LlmCore:
         if loop.callback_error is not None:
             raise loop.callback_error
         return loop.result()
+
+    def score(self, prompt_ids, target_ids) -> list:
+        """Log-probability of each target token after the prompt and the
+        targets before it (teacher forcing: one forward per target token).
+        An empty list when cancelled; None when MNN returns no logits."""
+        cdef Llm* llm = self._require()
+        cdef vector[int] prompt = prompt_ids
+        cdef vector[int] targets = target_ids
+        cdef vector[double] out
+        cdef cbool failed = False
+        with nogil:
+            failed = not score_targets(llm, prompt, targets, &self._cancel, &out)
+        if failed:
+            return None
+        return list(out)
 
     def mnn_response(self, prompt_ids, int max_new_tokens) -> dict:
         """MNN's own generation loop (`Llm::response`) over the same ids: the

@@ -501,3 +501,50 @@ def test_import_from_outside_the_source_tree_and_exit_without_close():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith("__init__.py")
+
+
+# ---------------------------------------------------------------- scoring
+def test_score_matches_the_logprobs_of_a_generation(tiny):
+    prompt = "The capital of France is"
+    result = tiny.generate(prompt, temperature=0, max_tokens=8, ignore_eos=True, logprobs=True)
+    scored = tiny.score(prompt, list(result.token_ids))
+    assert scored.token_ids == result.token_ids and not scored.cancelled
+    assert all(abs(s - g.logprob) < 1e-4 for s, g in zip(scored.logprobs, result.logprobs, strict=True))
+    assert scored.perplexity == pytest.approx(2.718281828 ** (-sum(scored.logprobs) / 8))
+
+
+def test_scripted_reply_scores_as_certain_and_other_text_does_not(scripted, chat):
+    reply = scripted.generate(chat, temperature=0)
+    assert scripted.score(chat, list(reply.token_ids)).perplexity < 1.001
+    assert scripted.score(chat, "Goodbye, see you tomorrow").perplexity > 10
+
+
+def test_score_rejects_bad_input_and_a_running_generation(tiny):
+    for continuation, code in (("", "invalid_argument"), ([10**9], "invalid_argument"), (b"x", "invalid_argument"),
+                               ("word " * 3000, "context_length_exceeded")):
+        with pytest.raises(MnnEngineError) as err:
+            tiny.score("Hello", continuation)
+        assert err.value.code == code, continuation
+    codes = []
+
+    def score_inside(_piece: str) -> None:
+        if not codes:
+            with pytest.raises(MnnEngineError) as inner:
+                tiny.score("Hello", "world")
+            codes.append(inner.value.code)
+
+    tiny.generate("Hello", callback=score_inside, max_tokens=2, ignore_eos=True)
+    assert codes == ["busy"]
+    assert tiny.score("Hello", "world").logprobs  # the model is usable afterwards
+
+
+def test_cancel_stops_scoring(tiny):
+    continuation = list(range(1000, 2500))
+    started = time.perf_counter()
+    assert len(tiny.score("Hello", continuation).logprobs) == len(continuation)
+    full = time.perf_counter() - started
+    timer = threading.Timer(full / 4, tiny.cancel)
+    timer.start()
+    scored = tiny.score("Hello", continuation)
+    timer.join()
+    assert scored.cancelled and scored.logprobs == () and scored.perplexity == float("inf")
