@@ -113,11 +113,13 @@ def thread_candidates(base: LoadOptions, cpu_count: int) -> list[LoadOptions]:
     return [replace(base, threads=t) for t in (1, 2, 3, 4, 6, 8) if t <= max(1, min(cpu_count, 8))]
 
 
-def option_candidates(best: LoadOptions) -> list[LoadOptions]:
-    """Tuning, second round, at the best thread count: precision, MNN's dynamic_option,
-    KV-cache quantisation and mmap, least intrusive first."""
+def option_candidates(best: LoadOptions, exact: bool = False) -> list[LoadOptions]:
+    """Tuning, second round, at the best thread count: precision, MNN's dynamic_option, mmap and
+    (unless ``exact``) KV-cache quantisation, which changes outputs slightly; least intrusive first."""
     candidates = [replace(best, precision="high"), replace(best, dynamic_option=8),
-                  *(replace(best, quant_qkv=q) for q in (1, 2)), replace(best, use_mmap=not best.use_mmap)]
+                  replace(best, use_mmap=not best.use_mmap)]
+    if not exact:
+        candidates += [replace(best, quant_qkv=q) for q in (1, 2)]
     return [c for c in candidates if c != best]
 
 
@@ -131,9 +133,10 @@ def pick_best(table: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def tune(model: str, base: LoadOptions, *, prompt_len: int, gen: int, runs: int, store: ModelStore | None = None,
-         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+         progress: Callable[[str], None] | None = None, exact: bool = False) -> dict[str, Any]:
     """Benchmark thread counts, then options at the best thread count, each in a fresh load; save the
-    fastest decode (``pick_best``) as the model's preset."""
+    fastest decode (``pick_best``) as the model's preset. ``exact`` leaves out options that change
+    outputs (KV-cache quantisation)."""
     store = store or ModelStore()
     model_id, _ = store.resolve(model)
     if model_id is None:
@@ -153,7 +156,7 @@ def tune(model: str, base: LoadOptions, *, prompt_len: int, gen: int, runs: int,
         return pick_best(table)
 
     best_threads = measure(thread_candidates(base, os.cpu_count() or 1))
-    best = measure(option_candidates(LoadOptions(**best_threads["options"])))
+    best = measure(option_candidates(LoadOptions(**best_threads["options"]), exact))
     path = store.save_preset(model_id, best["options"], best)
     return {"model": model_id, "table": table, "best": best, "preset": str(path)}
 
@@ -189,7 +192,8 @@ def format_tune(result: dict[str, Any]) -> str:
         lines.append(f"{_describe(LoadOptions(**row['options'])):<56}{row['decode_p50']:>14.1f}"
                      f"{row['prefill_p50']:>15.1f}{row['load_seconds']:>9.2f}{mark}")
     if any(row["options"]["quant_qkv"] for row in result["table"]):
-        lines.append("quant_qkv rows quantise the KV cache's keys: outputs differ slightly from the float cache.")
+        lines.append("quant_qkv rows quantise the KV cache's keys: outputs differ slightly from the float cache "
+                     "(docs/benchmarks.md measures how much; --exact leaves them out).")
     lines.append(f"saved preset: {result['preset']}")
     return "\n".join(lines)
 

@@ -240,7 +240,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.tune:
         options = LoadOptions(**overrides).validate()  # tuning starts from the defaults, not an old preset
         result = bench.tune(args.model, options, prompt_len=args.prompt_len, gen=args.gen, runs=args.runs,
-                            progress=progress)
+                            progress=progress, exact=args.exact)
         print(json.dumps(result, indent=2) if args.json else bench.format_tune(result))
         return 0
     store = ModelStore()
@@ -380,6 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=5, help="measured runs (default 5)")
     p.add_argument("--tune", action="store_true",
                    help="try thread counts and MNN options; save the fastest as the model's preset")
+    p.add_argument("--exact", action="store_true",
+                   help="with --tune: only options that leave outputs unchanged (no KV-cache quantisation)")
     p.add_argument("--json", action="store_true")
     _add_load_options(p)
     p.set_defaults(func=_bench)

@@ -73,6 +73,8 @@ def test_tune_tries_threads_then_options_at_the_best_count():
     assert any(c.precision == "high" for c in options) and any(c.dynamic_option == 8 for c in options)
     assert any(not c.use_mmap for c in options)
     assert len(options) == len(set(options))
+    exact = option_candidates(LoadOptions(threads=3), exact=True)
+    assert exact == [c for c in options if c.quant_qkv is None]
 
 
 @given(st.lists(st.floats(min_value=1, max_value=100), min_size=1, max_size=12))
@@ -121,6 +123,9 @@ def test_tune_table(tmp_path):
     assert sum("<- best" in row for row in rows) == 1
     assert any("quant_qkv 1" in row for row in rows) and "outputs differ slightly" in result.stdout
     assert lines[-1].startswith("saved preset: ") and "trying cpu" in result.stderr
+    exact = run_cli(tmp_path / "home", "tiny", "--tune", "--exact", "--runs", "1", "--gen", "4", "--prompt-len", "8")
+    assert exact.returncode == 0, exact.stderr
+    assert "quant_qkv" not in exact.stdout and len(exact.stdout.splitlines()) == len(lines) - 3
 
 
 def test_flags_given_are_layered_on_the_preset(tmp_path):

@@ -58,7 +58,8 @@ def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkey
     report.main()
     text = out.read_text()
     for heading in ("## Targets", "## Our generation loop", "## HTTP streaming", "## Memory", "## Bandwidth ceiling",
-                    "## Peers", "## Load time", "## Where decode time goes"):
+                    "## Peers", "## Load time", "## KV-cache quantisation",
+                    "## Where decode time goes"):
         assert heading in text, heading
     assert "(not measured in this run)" not in text
     assert "| decode mnn / llama.cpp Q4_0 >= 1.1" in text

@@ -143,6 +143,18 @@ def load_section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def kv_quality_section(data: dict[str, Any]) -> list[str]:
+    lines = ["## KV-cache quantisation: what it costs in quality (`tools/bench/kv_quality.py`)", "",
+             f"SmolLM2-135M (real weights) scores a {data['tokens']}-token English text (`Llm.score`, teacher "
+             "forcing) under each accepted `quant_qkv` mode; log-probability differences are against the float "
+             "cache, in nats.", "",
+             "| quant_qkv | perplexity | vs float | mean abs logprob change | largest change |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {mode} | {r['perplexity']:.3f} | {r['perplexity_ratio']:.4f}x | {r['mean_abs_logprob_diff']:.4f} | "
+              f"{r['max_abs_logprob_diff']:.3f} |" for mode, r in data["modes"].items()]
+    return lines
+
+
 def profile_section(data: dict[str, Any]) -> list[str]:
     families = list(data["runs"][0]["shares"])
     lines = ["## Where decode time goes (`tools/bench/decode_profile.py`)", "",
@@ -214,7 +226,7 @@ def main() -> None:
     args = parser.parse_args()
     sections = [("loop", loop_section), ("http", http_section), ("memory", memory_section),
                 ("ceiling", ceiling_section), ("peers", peers_section), ("load", load_section),
-                ("profile", profile_section)]
+                ("kv_quality", kv_quality_section), ("profile", profile_section)]
     machine = None
     body: list[str] = []
     for name, render in sections:
