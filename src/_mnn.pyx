@@ -138,6 +138,19 @@ cdef struct SamplerParams:
     int top_logprobs            # -1: no logprobs
 
 
+cdef double log_sum_exp(const float* w, int n) noexcept nogil:
+    """log(sum(exp(w))), computed stably around the maximum."""
+    cdef float m = -INFINITY
+    cdef double total = 0.0
+    cdef int i
+    for i in range(n):
+        if w[i] > m:
+            m = w[i]
+    for i in range(n):
+        total += exp(w[i] - m)
+    return m + log(total)
+
+
 def argmax_logits(const float[::1] logits) -> int:
     """The sampler's greedy choice over a float32 buffer (exposed for tests)."""
     if logits.shape[0] == 0:
@@ -225,14 +238,7 @@ cdef class _Sampler:
     cdef void record_logprobs(self, const float* w, int token) noexcept nogil:
         cdef int i
         cdef int n = self.vocab
-        cdef float m = -INFINITY
-        cdef double total = 0.0
-        for i in range(n):
-            if w[i] > m:
-                m = w[i]
-        for i in range(n):
-            total += exp(w[i] - m)
-        cdef double lse = m + log(total)
+        cdef double lse = log_sum_exp(w, n)
         self.last_logprob = <float>(w[token] - lse)
         self.last_top.clear()
         cdef int k = self.p.top_logprobs
@@ -371,9 +377,7 @@ cdef cbool score_targets(Llm* llm, const vector[int]& prompt, const vector[int]&
     cdef VARP logits_var
     cdef const float* logits
     cdef int vocab = 0
-    cdef int i, j, token
-    cdef float m
-    cdef double total
+    cdef int i, token
     cdef vector[int] one = vector[int](1)
     llm.reset()
     llm.generate_init(NULL, NULL)
@@ -388,14 +392,7 @@ cdef cbool score_targets(Llm* llm, const vector[int]& prompt, const vector[int]&
             varp_reset(logits_var)
             llm.reset()
             return False
-        m = -INFINITY
-        for j in range(vocab):
-            if logits[j] > m:
-                m = logits[j]
-        total = 0.0
-        for j in range(vocab):
-            total += exp(logits[j] - m)
-        out.push_back(logits[token] - m - log(total))
+        out.push_back(logits[token] - log_sum_exp(logits, vocab))
         if i + 1 < <int>targets.size():
             varp_reset(logits_var)
             one[0] = token
