@@ -7,6 +7,7 @@ Human-readable output by default, ``--json`` for scripts. Errors print
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -20,7 +21,6 @@ from . import __version__, jsonutil
 from .build import BACKENDS, backend_capabilities, build_info
 from .engine import PRECISIONS, Engine, LoadOptions, preset_options
 from .errors import MnnEngineError
-from .llm import Llm
 from .models import ModelInfo, ModelStore
 
 
@@ -208,18 +208,18 @@ def _chat(args: argparse.Namespace) -> int:
 
 def _generate(args: argparse.Namespace) -> int:
     prompt: Any = args.prompt if args.raw else [{"role": "user", "content": args.prompt}]
-    store = ModelStore()
-    _, path = store.resolve(args.model)
-    with Llm(path, thread_num=args.threads) as llm:
-        try:
-            for piece in llm.stream(prompt, max_tokens=args.max_tokens, temperature=args.temperature,
-                                    seed=args.seed, enable_thinking=args.think):
-                sys.stdout.write(piece)
-                sys.stdout.flush()
-        except KeyboardInterrupt:
-            pass
+
+    def write(piece: str) -> None:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+    with Engine() as engine:
+        engine.load(args.model, **_load_overrides(args))
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C cancels the generation; print what came
+            engine.generate(prompt, callback=write, max_tokens=args.max_tokens, temperature=args.temperature,
+                            seed=args.seed, enable_thinking=args.think)
         sys.stdout.write("\n")
-        result = llm.last_result
+        result = engine.last_result
     if result is not None and args.stats:
         print(json.dumps({
             "finish_reason": result.finish_reason,
@@ -390,10 +390,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="a store ID or a model directory")
     p.add_argument("prompt")
     p.add_argument("--raw", action="store_true", help="use the prompt as is, without the chat template")
-    p.add_argument("--threads", type=int, default=4)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stats", action="store_true", help="print timing figures to stderr")
     _add_sampling(p, max_tokens=256)
+    _add_load_options(p)
     p.set_defaults(func=_generate)
     return parser
 

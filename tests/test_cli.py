@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pexpect
@@ -88,6 +89,20 @@ def test_generate_streams_an_answer(home):
     assert result.returncode == 0, result.stderr
     assert result.stdout == SCRIPTED_TEXT + "\n"
     assert json.loads(result.stderr.strip().splitlines()[-1])["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize("command", ["generate", "chat"])
+def test_load_commands_use_the_preset_and_flags_override_it(home, command):
+    cli(home, "models", "import", str(test_model_dir("tiny-scripted")), "--id", "scripted")
+    preset = asdict(mnn_engine.LoadOptions(backend="opencl", threads=1))  # opencl: not in the wheel
+    mnn_engine.ModelStore(home).save_preset("scripted", preset, {"decode_p50": 1.0})
+    args = ["generate", "scripted", "hi"] if command == "generate" else ["chat", "scripted"]
+    refused = cli(home, *args, stdin="hi\n")
+    assert refused.returncode == 2 and "[backend_unavailable]" in refused.stderr
+    fixed = cli(home, *args, "--backend", "cpu", "--temperature", "0", stdin="hi\n")
+    assert fixed.returncode == 0 and SCRIPTED_TEXT in fixed.stdout, fixed.stderr
+    bad = cli(home, *args, "--backend", "cpu", "--kv-quant", "3", stdin="hi\n")
+    assert bad.returncode == 2 and "[invalid_argument] quant_qkv" in bad.stderr
 
 
 def test_chat_reads_until_end_of_input(home):
