@@ -2,7 +2,7 @@
 """Our Cython generation loop versus MNN's own loop, on one loaded model.
 
 Usage: python tools/bench/engine.py [--model DIR] [--threads 1 2] [--prompt-len 128]
-                                    [--gen 128] [--iters 7] [--json OUT.json]
+                                    [--gen 128] [--iters 11] [--json OUT.json]
 
 Both loops run in the same process on the same loaded model (the same
 extension reaches ``Llm::response`` with a stream buffer for MNN's side),
@@ -133,7 +133,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--gen", type=int, default=128)
-    parser.add_argument("--iters", type=int, default=7)
+    parser.add_argument("--iters", type=int, default=11)
     parser.add_argument("--json", type=Path, default=None, help="write all samples and medians here")
     args = parser.parse_args()
     model = args.model or test_model("qwen3-0.6b-shape")

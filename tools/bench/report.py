@@ -67,7 +67,11 @@ def http_section(data: dict[str, Any]) -> list[str]:
         f"| decode tok/s direct / over SSE | {data['direct']['decode_tps']:.2f} / {data['http']['decode_tps']:.2f} | |",
         f"| HTTP / direct decode ratio, of the medians / paired | {data['http_over_direct_decode']:.3f} / "
         f"{data.get('http_over_direct_decode_paired', data['http_over_direct_decode']):.3f} | >= 0.98 |",
-        f"| time to first token, HTTP - direct | {data['http_minus_direct_ttft_ms']:+.1f} ms | <= 5 ms |",
+        *([f"| time to first token, HTTP - direct, short prompt (paired) | "
+           f"{data['short_prompt_ttft_overhead_ms']:+.1f} ms | <= 5 ms |"]
+          if "short_prompt_ttft_overhead_ms" in data else []),
+        f"| time to first token, HTTP - direct, difference of the medians | {data['http_minus_direct_ttft_ms']:+.1f} ms"
+        " | |",
         f"| /health latency during a generation, p50 / p99 | {data['health_ms']['p50']:.2f} / "
         f"{data['health_ms']['p99']:.2f} ms ({data['health_ms']['n']} requests) | p99 <= 10 ms |",
         f"| pieces after `cancel()` returns, worst of {len(data['pieces_after_cancel']['all'])} | "
@@ -186,10 +190,10 @@ def targets_section(results: Path) -> list[str]:
     http = load(results, "http")
     if http:
         paired = http.get("http_over_direct_decode_paired", http["http_over_direct_decode"])
+        ttft = http.get("short_prompt_ttft_overhead_ms", http["http_minus_direct_ttft_ms"])
         rows += [("HTTP / direct decode >= 0.98",
                   f"paired {paired:.3f}, of medians {http['http_over_direct_decode']:.3f}", paired >= 0.98),
-                 ("TTFT over HTTP - direct <= 5 ms", f"{http['http_minus_direct_ttft_ms']:+.1f} ms",
-                  http["http_minus_direct_ttft_ms"] <= 5),
+                 ("TTFT over HTTP - direct <= 5 ms", f"{ttft:+.1f} ms", ttft <= 5),
                  ("/health p99 during generation <= 10 ms", f"{http['health_ms']['p99']:.2f} ms",
                   http["health_ms"]["p99"] <= 10),
                  ("pieces after cancel() <= 1", str(http["pieces_after_cancel"]["max"]),
