@@ -25,6 +25,7 @@ import socket
 import threading
 import time
 import urllib.parse
+from pathlib import Path
 
 from common import machine, median, paired_ratio, quantile, save, test_model  # tools/bench is on sys.path
 
@@ -53,6 +54,7 @@ def http_run(host: str, port: int, messages, gen: int) -> dict[str, float]:
                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
     stamps: list[float] = []
     buffer = b""
+    cpu_start = time.process_time()
     start = time.perf_counter()
     with socket.create_connection((host, port)) as sock:
         sock.sendall(request)
@@ -68,7 +70,12 @@ def http_run(host: str, port: int, messages, gen: int) -> dict[str, float]:
                     stamps.append(now)
                 elif b"[DONE]" in event:
                     buffer = b"data: [DONE]"
-    return timing(start, stamps)
+    return timing(start, stamps) | {"client_cpu_ms": (time.process_time() - cpu_start) * 1e3}
+
+
+def thread_cpu_ms(thread: threading.Thread) -> float:
+    """CPU time a thread of this process has run, in ns resolution (Linux /proc schedstat)."""
+    return int(Path(f"/proc/self/task/{thread.native_id}/schedstat").read_text().split()[0]) / 1e6
 
 
 def health_latency(host: str, port: int, engine, messages, seconds: float = 3.0) -> list[float]:
@@ -130,6 +137,7 @@ def main() -> None:
     engine.load(model, threads=args.threads)
     messages = [{"role": "user", "content": TEXT * max(1, args.prompt_len // 45)}]
     url = engine.start_server(port=0)
+    server_thread = next(t for t in threading.enumerate() if t.name == "mnn-engine-server")
     parts = urllib.parse.urlsplit(url)
     # the HTTP client runs in its own process, as a real client would
     client = multiprocessing.get_context("spawn").Pool(1)
@@ -143,7 +151,9 @@ def main() -> None:
                 if which == 0:
                     direct.append(direct_run(engine, messages, args.gen))
                 else:
+                    cpu_start = thread_cpu_ms(server_thread)
                     over_http.append(client.apply(http_run, (parts.hostname, parts.port, messages, args.gen)))
+                    over_http[-1]["server_cpu_ms"] = thread_cpu_ms(server_thread) - cpu_start
         # TTFT overhead on a short prompt: the prefill of a long one varies by tens of ms between runs,
         # which would swamp the few ms the HTTP path adds
         short = [{"role": "user", "content": "Hi"}]
@@ -175,12 +185,19 @@ def main() -> None:
     result["http_over_direct_decode_paired"] = paired_ratio([r["decode_tps"] for r in over_http],
                                                             [r["decode_tps"] for r in direct])
     result["http_minus_direct_ttft_ms"] = result["http"]["ttft_ms"] - result["direct"]["ttft_ms"]
+    # CPU the HTTP path costs per token: the server's event-loop thread plus the client process. On a
+    # machine whose cores MNN's threads already fill, this time comes out of MNN's.
+    result["http_cpu_us_per_token"] = median([(h["server_cpu_ms"] + h["client_cpu_ms"]) * 1e3 / max(1, h["pieces"])
+                                              for h in over_http])
+    result["token_time_us"] = 1e6 / result["direct"]["decode_tps"]
     result["short_prompt_ttft_overhead_ms"] = median([h - d for h, d in zip(ttft_http, ttft_direct, strict=True)])
     print(f"direct  decode {result['direct']['decode_tps']:.2f} tok/s  TTFT {result['direct']['ttft_ms']:.1f} ms")
     print(f"HTTP    decode {result['http']['decode_tps']:.2f} tok/s  TTFT {result['http']['ttft_ms']:.1f} ms")
     print(f"ratio HTTP/direct decode {result['http_over_direct_decode']:.3f}, paired "
           f"{result['http_over_direct_decode_paired']:.3f} (target >= 0.98); "
           f"TTFT difference {result['http_minus_direct_ttft_ms']:+.1f} ms (medians, {args.prompt_len}-token prompt)")
+    print(f"CPU of the HTTP path (server event loop + client) per token: {result['http_cpu_us_per_token']:.0f} us, "
+          f"{result['http_cpu_us_per_token'] / result['token_time_us'] * 100:.1f} % of a token's time")
     print(f"TTFT over HTTP - direct, short prompt, paired over {TTFT_ROUNDS} rounds: "
           f"{result['short_prompt_ttft_overhead_ms']:+.1f} ms (target <= 5)")
     print(f"/health while generating: p50 {result['health_ms']['p50']:.2f} ms, p99 {result['health_ms']['p99']:.2f} ms "

@@ -70,6 +70,10 @@ def http_section(data: dict[str, Any]) -> list[str]:
         *([f"| time to first token, HTTP - direct, short prompt (paired) | "
            f"{data['short_prompt_ttft_overhead_ms']:+.1f} ms | <= 5 ms |"]
           if "short_prompt_ttft_overhead_ms" in data else []),
+        *([f"| CPU the HTTP path takes per token (server event loop + client) | "
+           f"{data['http_cpu_us_per_token']:.0f} us, "
+           f"{data['http_cpu_us_per_token'] / data['token_time_us'] * 100:.1f} % of a token's time | |"]
+          if "http_cpu_us_per_token" in data else []),
         f"| time to first token, HTTP - direct, difference of the medians | {data['http_minus_direct_ttft_ms']:+.1f} ms"
         " | |",
         f"| /health latency during a generation, p50 / p99 | {data['health_ms']['p50']:.2f} / "
