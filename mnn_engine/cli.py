@@ -246,7 +246,7 @@ def _bench(args: argparse.Namespace) -> int:
     store = ModelStore()
     options = preset_options(store, store.resolve(args.model)[0], **overrides)
     report = bench.bench(args.model, options, prompt_len=args.prompt_len, gen=args.gen, runs=args.runs,
-                         progress=progress)
+                         store=store, progress=progress)
     print(json.dumps(report, indent=2) if args.json else bench.format_report(report))
     return 0
 

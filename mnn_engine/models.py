@@ -108,8 +108,9 @@ def prepare_cache(cache_dir: Path, model_dir: Path) -> None:
         current = json.loads(stamp_file.read_text())
     except (OSError, ValueError):
         current = None
-    if current != stamp:
-        shutil.rmtree(cache_dir, ignore_errors=True)
+    if current == stamp:
+        return
+    shutil.rmtree(cache_dir, ignore_errors=True)
     cache_dir.mkdir(parents=True, exist_ok=True)
     stamp_file.write_text(json.dumps(stamp))
 

@@ -19,7 +19,7 @@ import secrets
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,10 +192,7 @@ def _parse_messages(messages: Any, policy: ImagePolicy, request: ChatRequest) ->
     if not isinstance(messages, list) or not messages:
         raise bad("messages", "'messages' must be a non-empty list")
     out = []
-    for i, message in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(message, Mapping):
-            raise bad(where, f"{where} must be an object")
+    for where, message in _objects(messages, "messages"):
         role = message.get("role")
         if role not in ROLES:
             raise bad(f"{where}.role", f"{where}.role must be one of {', '.join(sorted(ROLES))}")
@@ -207,6 +204,15 @@ def _parse_messages(messages: Any, policy: ImagePolicy, request: ChatRequest) ->
     return out
 
 
+def _objects(items: list[Any], name: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """``(name[i], item)`` for each item, which must be a JSON object."""
+    for i, item in enumerate(items):
+        where = f"{name}[{i}]"
+        if not isinstance(item, Mapping):
+            raise bad(where, f"{where} must be an object")
+        yield where, item
+
+
 def _content_text(content: Any, where: str, policy: ImagePolicy, request: ChatRequest) -> str:
     if content is None:
         return ""
@@ -215,10 +221,7 @@ def _content_text(content: Any, where: str, policy: ImagePolicy, request: ChatRe
     if not isinstance(content, list):
         raise bad(f"{where}.content", f"{where}.content must be a string or a list of parts")
     texts = []
-    for j, part in enumerate(content):
-        here = f"{where}.content[{j}]"
-        if not isinstance(part, Mapping):
-            raise bad(here, f"{here} must be an object")
+    for here, part in _objects(content, f"{where}.content"):
         kind = part.get("type")
         if kind == "text":
             if not isinstance(part.get("text"), str):
@@ -436,26 +439,22 @@ class Completion:
     id: str = field(default_factory=lambda: "chatcmpl-" + secrets.token_hex(12))
     created: int = field(default_factory=lambda: int(time.time()))
 
+    def _envelope(self, kind: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
+                "system_fingerprint": self.fingerprint, "choices": choices, **extra}
+
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None,
               logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
-        return {
-            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-            "system_fingerprint": self.fingerprint,
-            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}],
-        }
+        return self._envelope("chat.completion.chunk", [{"index": 0, "delta": delta, "logprobs": logprobs,
+                                                         "finish_reason": finish_reason}])
 
     def usage_chunk(self, usage: dict[str, int]) -> dict[str, Any]:
-        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "system_fingerprint": self.fingerprint, "choices": [], "usage": usage}
+        return self._envelope("chat.completion.chunk", [], usage=usage)
 
     def response(self, message: dict[str, Any], finish_reason: str, usage: dict[str, int],
                  logprobs: dict[str, Any] | None) -> dict[str, Any]:
-        return {
-            "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
-            "system_fingerprint": self.fingerprint,
-            "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}],
-            "usage": usage,
-        }
+        return self._envelope("chat.completion", [{"index": 0, "message": message, "logprobs": logprobs,
+                                                   "finish_reason": finish_reason}], usage=usage)
 
 
 def delta_dict(delta: Delta) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """The Tornado application: routes, authentication, errors, SSE streaming.
 
 Everything here runs on one IOLoop. Generations run on the engine's
-generation thread; their pieces come back through ``IOLoop.add_callback``, so
-the loop never waits on the engine and /health, 429 and 503 answer at once.
+generation thread; their pieces come back through ``mnn_engine.streaming``
+(``call_soon_threadsafe``), so the loop never waits on the engine and /health, 429 and 503 answer at once.
 """
 
 from __future__ import annotations
