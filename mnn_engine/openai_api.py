@@ -51,7 +51,6 @@ class ChatRequest:
     tools: list[dict[str, Any]] | None = None
     parse_tools: bool = False
     enable_thinking: bool | None = None
-    logprobs: bool = False
     images: list[Path] = field(default_factory=list)
     image_dir: str | None = None
 
@@ -124,8 +123,7 @@ def _parse_options(body: Mapping[str, Any], request: ChatRequest) -> None:
         if not isinstance(options, Mapping):
             raise bad("stream_options", "'stream_options' must be an object")
         request.include_usage = _flag(options, "include_usage")
-    request.logprobs = _flag(body, "logprobs")
-    if request.logprobs:
+    if _flag(body, "logprobs"):
         request.sampling["logprobs"] = True
         if body.get("top_logprobs") is not None:
             request.sampling["top_logprobs"] = body["top_logprobs"]

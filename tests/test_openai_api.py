@@ -64,7 +64,7 @@ def test_ignore_eos_extension():
 
 def test_stream_usage_logprobs_thinking():
     request = parse(stream=True, stream_options={"include_usage": True}, logprobs=True, top_logprobs=2)
-    assert request.stream and request.include_usage and request.logprobs
+    assert request.stream and request.include_usage
     assert request.sampling["logprobs"] is True and request.sampling["top_logprobs"] == 2
     assert parse(chat_template_kwargs={"enable_thinking": False}).enable_thinking is False
     assert parse(reasoning_effort="none").enable_thinking is False
