@@ -418,8 +418,7 @@ class Llm:
             gen = GenerationConfig.from_kwargs(config, **sampling)
             ids = self.prompt_ids(prompt, enable_thinking=enable_thinking, tools=tools)
             params = gen.resolved(self._sampling_defaults, self._vocab_size)
-            if not self._generation_lock.acquire(blocking=False):
-                raise MnnEngineError("busy", "a generation is already running on this model")
+            self._claim_generation()
         except BaseException:
             self._release()
             raise
@@ -454,12 +453,16 @@ class Llm:
         with self._using() as core:
             core.inject_failure(after_tokens)
 
+    def _claim_generation(self) -> None:
+        """Take the generation lock, or ``busy`` (never waits)."""
+        if not self._generation_lock.acquire(blocking=False):
+            raise MnnEngineError("busy", "a generation is already running on this model")
+
     @contextlib.contextmanager
     def _exclusive(self) -> Iterator[_mnn.LlmCore]:
         """The core, with the generation lock (``busy`` if a generation runs)."""
         with self._using() as core:
-            if not self._generation_lock.acquire(blocking=False):
-                raise MnnEngineError("busy", "a generation is already running on this model")
+            self._claim_generation()
             try:
                 core.clear_cancel()
                 yield core
