@@ -340,7 +340,7 @@ class OutputParser:
         out: list[Delta] = []
         while True:
             tags = self._tags()
-            found = min(((self.buffer.find(t), t) for t in tags if t in self.buffer), default=None)
+            found = min(((pos, t) for t in tags if (pos := self.buffer.find(t)) >= 0), default=None)
             if found is None:
                 keep = _partial_tag_suffix(self.buffer, tags)
                 if self.mode != "tool":
