@@ -29,7 +29,7 @@ from typing import Any
 
 from .build import BACKENDS, backend_capabilities, require_backend
 from .errors import MnnEngineError, invalid
-from .llm import GenerationResult, Llm, Prompt
+from .llm import GenerationResult, Llm, Prompt, check_quant_qkv
 from .models import ModelStore
 from .state import EventStream, LogBuffer
 from .streaming import astream_pieces, stream_pieces
@@ -74,9 +74,7 @@ class LoadOptions:
         if self.dynamic_option is not None and (isinstance(self.dynamic_option, bool)
                                                 or self.dynamic_option not in range(9)):
             raise invalid("dynamic_option", f"must be an integer from 0 to 8 (got {self.dynamic_option!r})")
-        if self.quant_qkv is not None and (isinstance(self.quant_qkv, bool) or self.quant_qkv not in range(3)):
-            raise invalid("quant_qkv", f"must be 0, 1 or 2 (got {self.quant_qkv!r}; MNN's modes 3 and 4 "
-                                       "are broken in MNN 3.6.1)")
+        check_quant_qkv(self.quant_qkv)
         return self
 
     def mnn_config(self, cache_dir: Path) -> dict[str, Any]:

@@ -92,6 +92,14 @@ class GenerationResult:
         }
 
 
+def check_quant_qkv(value: Any) -> None:
+    """Refuse MNN KV-cache quantisation modes that are broken in MNN 3.6.1
+    (3 gives garbage text on real models, 4 corrupts the heap on Qwen3-shaped
+    ones), wherever the setting comes from."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value not in range(3)):
+        raise invalid("quant_qkv", f"must be 0, 1 or 2 (got {value!r}; MNN's modes 3 and 4 are broken in MNN 3.6.1)")
+
+
 @dataclass(frozen=True)
 class ScoreResult:
     """Teacher-forced log-probabilities (natural log) of a continuation's
@@ -137,6 +145,7 @@ class Llm:
             json.dumps(config_overrides)
         except (TypeError, ValueError) as exc:
             raise invalid("config_overrides", f"must be JSON-serialisable: {exc}") from exc
+        check_quant_qkv({**self.file_config, **config_overrides}.get("quant_qkv"))
         self.config_overrides = dict(config_overrides)
         self._core: _mnn.LlmCore | None = None
         self._finalizer: weakref.finalize | None = None

@@ -548,3 +548,17 @@ def test_cancel_stops_scoring(tiny):
     scored = tiny.score("Hello", continuation)
     timer.join()
     assert scored.cancelled and scored.logprobs == () and scored.perplexity == float("inf")
+
+
+def test_broken_kv_quantisation_modes_are_refused_however_given(tmp_path):
+    with pytest.raises(MnnEngineError) as err:
+        Llm(test_model_dir("tiny"), quant_qkv=3)
+    assert err.value.code == "invalid_argument" and err.value.param == "quant_qkv"
+    model = tmp_path / "tiny"
+    shutil.copytree(test_model_dir("tiny"), model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "quant_qkv": 4}))
+    with pytest.raises(MnnEngineError) as err:
+        Llm(model)
+    assert err.value.param == "quant_qkv"
+    Llm(model, quant_qkv=1)  # an override replaces the file's setting
