@@ -309,14 +309,19 @@ class Engine:
                                  f"generation failed: {result.error}; the model was unloaded (load it again)")
         return result
 
-    def submit(self, prompt: Prompt, callback: Callable[[str], Any] | None = None,
+    def submit(self, prompt: Prompt, callback: Callable[[str], Any] | None = None, *,
+               on_prompt: Callable[[str | None], Any] | None = None,
                **sampling: Any) -> Future[GenerationResult]:
         """Start a generation on the engine's generation thread.
 
-        Everything that can be refused is checked here, in the caller's thread
-        (``model_not_loaded``, ``busy``, bad arguments), so a server can answer
-        at once; the returned future holds the result (or the callback's or
-        the engine's exception). ``callback`` runs on the generation thread.
+        What can be refused without tokenizing is checked here, in the
+        caller's thread (``model_not_loaded``, ``busy``, bad arguments, text
+        too long for the context), so a server can answer at once. The chat
+        template and the tokenizer run on the generation thread; their errors
+        (``context_length_exceeded``, ``empty_prompt``) come through the
+        returned future, like the result and the callback's or the engine's
+        exceptions. ``callback`` runs on the generation thread, and so does
+        ``on_prompt``, which gets the rendered prompt text first.
         """
         llm = self._begin_generation()
         try:
@@ -329,7 +334,7 @@ class Engine:
             result: GenerationResult | None = None
             error: BaseException | None = None
             try:
-                result = llm._run(run, callback)
+                result = llm._run(run, callback, on_prompt)
             except BaseException as exc:
                 error = exc
                 raise

@@ -38,6 +38,7 @@ ERROR_CODES: dict[str, ErrorKind] = {
     "payload_too_large": ErrorKind(413, "invalid_request_error", "The request body is too large."),
     "unsupported_media_type": ErrorKind(415, "invalid_request_error", "The request body must be JSON."),
     "busy": ErrorKind(429, "rate_limit_error", "A generation is already running."),
+    "generation_cancelled": ErrorKind(503, "server_error", "The generation was cancelled on the server."),
     "generation_failed": ErrorKind(500, "server_error", "The engine failed during generation."),
     "internal_error": ErrorKind(500, "server_error", "An unexpected failure inside mnn_engine."),
 }

@@ -21,6 +21,7 @@ from .model_files import resolve_config_path, validate_model_dir
 from .native_output import captured_native_output
 from .sampling import GenerationConfig
 from .streaming import astream_pieces, stream_pieces
+from .tokenizing import splits_exactly, tokenize_bounded, utf8_len
 
 log = logging.getLogger("mnn_engine.llm")
 
@@ -162,6 +163,8 @@ class Llm:
         self._sampling_defaults: dict[str, Any] = {}
         self._template_context: dict[str, Any] = {}
         self._chat_template: str | None = None
+        self._max_token_bytes = 1
+        self._exact_cuts = False
         self.last_result: GenerationResult | None = None
         self.load_seconds = 0.0  # of the last load(): MNN reading the model, without the warm-up forward
         self.warmup_seconds = 0.0
@@ -195,6 +198,8 @@ class Llm:
             self._template_context = dict(jinja.get("context") or {})
             self._chat_template = jinja.get("chat_template")
             self._restore_markup_tokens(core)
+            self._max_token_bytes = max(1, core.max_token_bytes(self._vocab_size))
+            self._exact_cuts = splits_exactly(core.tokenize)
             log.info("loaded %s (vocab %d, context %d)", self.config_path, self._vocab_size, self._context_limit)
             return self
 
@@ -270,11 +275,21 @@ class Llm:
 
     # ------------------------------------------------------------------ text
     def tokenize(self, text: str) -> list[int]:
-        """Token ids of ``text`` (special tokens in the text are recognised)."""
+        """Token ids of ``text`` (special tokens in the text are recognised).
+        Long text is handed to MNN in segments, so the time stays linear in
+        its length (see ``mnn_engine.tokenizing``)."""
         if not isinstance(text, str):
             raise invalid("text", "must be a string")
         with self._using() as core:
-            return core.tokenize(text)
+            ids = tokenize_bounded(core.tokenize, text, limit=len(text) * 4 + 16, exact_cuts=self._exact_cuts)
+        assert ids is not None  # a token holds at least one byte
+        return ids
+
+    @property
+    def prompt_byte_limit(self) -> int:
+        """Prompt text longer than this (UTF-8 bytes) cannot fit in the
+        context, whatever its tokens: the context times the longest token."""
+        return self._context_limit * self._max_token_bytes
 
     def detokenize_bytes(self, token_ids: Sequence[int]) -> bytes:
         """Raw bytes of the tokens (a token may hold part of a UTF-8 character)."""
@@ -313,42 +328,79 @@ class Llm:
         jinja: dict[str, Any] = {"context": context}
         if not add_generation_prompt and self._chat_template:
             jinja["chat_template"] = "{%- set add_generation_prompt = false -%}" + self._chat_template
-        with self._using() as core, self._template_lock:
+        with self._using() as core, self._template_lock, captured_native_output() as lines:
             core.set_config(json.dumps({"jinja": jinja}))
             try:
-                return core.apply_chat_template(pairs)
+                text = core.apply_chat_template(pairs)
             finally:
                 if "chat_template" in jinja:
                     core.set_config(json.dumps({"jinja": {"chat_template": self._chat_template}}))
+        if not text:
+            detail = "; ".join(lines) or "it rendered nothing"
+            raise MnnEngineError("invalid_model", f"the model's chat template failed: {detail}",
+                                 param="chat_template")
+        return text
 
     def prompt_ids(self, prompt: Prompt, *, enable_thinking: bool | None = None,
                    tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
         """Token ids for a prompt given as text, token ids or chat messages.
         ``enable_thinking`` and ``tools`` go into the chat template, so they
         need chat messages."""
-        is_chat = isinstance(prompt, Sequence) and not isinstance(prompt, (str, bytes, bytearray)) and \
-            bool(prompt) and all(isinstance(m, Mapping) for m in prompt)
-        if not is_chat:
+        self.check_prompt(prompt, enable_thinking=enable_thinking, tools=tools)
+        with self._using() as core:
+            return self._prompt_ids(core, prompt, enable_thinking, tools)[1]
+
+    def check_prompt(self, prompt: Prompt, *, enable_thinking: bool | None = None,
+                     tools: Sequence[Mapping[str, Any]] | None = None) -> None:
+        """The checks on a prompt that take no tokenizing (milliseconds even
+        for megabytes): its shape, and text too long to fit in the context
+        whatever its tokens (``context_length_exceeded``)."""
+        if _is_chat(prompt):
+            pairs = _message_pairs(prompt)
+            size = sum(utf8_len(content) for _, content in pairs)
+        else:
             for name, value in (("enable_thinking", enable_thinking), ("tools", tools)):
                 if value is not None:
                     raise invalid(name, "applies to chat messages only (the prompt is text or token ids)")
-        if isinstance(prompt, str):
-            ids = self.tokenize(prompt)
-        elif is_chat:
-            ids = self.tokenize(self.apply_chat_template(prompt, True, enable_thinking, tools))
-        elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
-            ids = self._checked_ids(prompt, "prompt")
-        else:
-            raise invalid("prompt", "must be text, a list of token ids or a list of chat messages")
-        if not ids:
-            raise MnnEngineError("empty_prompt", "the prompt is empty (no tokens)", param="prompt")
-        if len(ids) >= self._context_limit:
+            if isinstance(prompt, str):
+                size = utf8_len(prompt)
+            elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
+                ids = self._checked_ids(prompt, "prompt")
+                if not ids:
+                    raise MnnEngineError("empty_prompt", "the prompt is empty (no tokens)", param="prompt")
+                size = len(ids) * self._max_token_bytes
+            else:
+                raise invalid("prompt", "must be text, a list of token ids or a list of chat messages")
+        if size > self.prompt_byte_limit:
             raise MnnEngineError(
                 "context_length_exceeded",
-                f"the prompt has {len(ids)} tokens; the context holds {self._context_limit}",
-                param="prompt",
-            )
-        return ids
+                f"the prompt has {size} bytes of text; the context holds {self._context_limit} tokens of at "
+                f"most {self._max_token_bytes} bytes each", param="prompt")
+
+    def _prompt_ids(self, core: _mnn.LlmCore, prompt: Prompt, enable_thinking: bool | None,
+                    tools: Any) -> tuple[str | None, list[int]]:
+        """The rendered text (None for token ids) and the ids of a checked
+        prompt; stops tokenizing once the ids cannot fit in the context."""
+        text: str | None = None
+        if _is_chat(prompt):
+            text = self.apply_chat_template(prompt, True, enable_thinking, tools)
+        elif isinstance(prompt, str):
+            text = prompt
+        if text is None:
+            ids: list[int] | None = self._checked_ids(prompt, "prompt")
+        else:
+            ids = tokenize_bounded(core.tokenize, text, limit=self._context_limit, exact_cuts=self._exact_cuts,
+                                   cancelled=core.cancel_requested)
+            if ids is None and core.cancel_requested():
+                raise _Cancelled
+        if ids is None or len(ids) >= self._context_limit:
+            count = f"{len(ids)}" if ids is not None else f"more than {self._context_limit}"
+            raise MnnEngineError("context_length_exceeded",
+                                 f"the prompt has {count} tokens; the context holds {self._context_limit}",
+                                 param="prompt")
+        if not ids:
+            raise MnnEngineError("empty_prompt", "the prompt is empty (no tokens)", param="prompt")
+        return text, ids
 
     def _checked_ids(self, token_ids: Sequence[int], param: str) -> list[int]:
         ids = list(token_ids)
@@ -418,36 +470,46 @@ class Llm:
 
     def _prepare(self, prompt: Prompt, config: GenerationConfig | None,
                  enable_thinking: bool | None, tools: Any, sampling: dict[str, Any]) -> _Run:
-        """Validate everything and claim the model, so errors (and ``busy``)
-        surface in the caller's thread before any generation starts. The claim
-        (a lease on the core and the generation lock) is returned by _run or
-        _abandon."""
+        """Validate what takes no tokenizing and claim the model, so errors
+        (and ``busy``) surface in the caller's thread at once. Rendering and
+        tokenizing the prompt happen in _run, on the generating thread. The
+        claim (a lease on the core and the generation lock) is returned by
+        _run or _abandon."""
         core = self._lease()
         try:
             gen = GenerationConfig.from_kwargs(config, **sampling)
-            ids = self.prompt_ids(prompt, enable_thinking=enable_thinking, tools=tools)
+            self.check_prompt(prompt, enable_thinking=enable_thinking, tools=tools)
             params = gen.resolved(self._sampling_defaults, self._vocab_size)
             self._claim_generation()
         except BaseException:
             self._release()
             raise
         core.clear_cancel()  # a cancel from now on applies to this generation
-        return _Run(core, ids, gen, params, gen.effective_seed())
+        return _Run(core, prompt, enable_thinking, tools, gen, params, gen.effective_seed())
 
     def _abandon(self, run: _Run) -> None:
         """Return the claim of a prepared generation that will not run."""
         self._generation_lock.release()
         self._release()
 
-    def _run(self, run: _Run, callback: TokenCallback | None) -> GenerationResult:
-        """Run a prepared generation; releases the claim taken by _prepare."""
+    def _run(self, run: _Run, callback: TokenCallback | None,
+             on_prompt: Callable[[str | None], Any] | None = None) -> GenerationResult:
+        """Run a prepared generation; releases the claim taken by _prepare.
+        ``on_prompt`` receives the rendered prompt text before the first token."""
         try:
-            max_tokens = -1 if run.config.max_tokens is None else run.config.max_tokens
-            raw = run.core.generate(
-                run.ids, run.params, stop=run.config.stop, callback=callback,
-                max_tokens=max_tokens, context_limit=self._context_limit,
-                seed=run.seed, ignore_eos=run.config.ignore_eos,
-            )
+            try:
+                text, ids = self._prompt_ids(run.core, run.prompt, run.enable_thinking, run.tools)
+            except _Cancelled:
+                raw = _cancelled_raw()
+            else:
+                if on_prompt is not None:
+                    on_prompt(text)
+                max_tokens = -1 if run.config.max_tokens is None else run.config.max_tokens
+                raw = run.core.generate(
+                    ids, run.params, stop=run.config.stop, callback=callback,
+                    max_tokens=max_tokens, context_limit=self._context_limit,
+                    seed=run.seed, ignore_eos=run.config.ignore_eos,
+                )
         finally:
             self._generation_lock.release()
             self._release()
@@ -521,10 +583,28 @@ class Llm:
 @dataclass(frozen=True)
 class _Run:
     core: _mnn.LlmCore
-    ids: list[int]
+    prompt: Prompt
+    enable_thinking: bool | None
+    tools: Any
     config: GenerationConfig
     params: dict[str, Any]
     seed: int
+
+
+class _Cancelled(Exception):
+    """Cancelled while the prompt was being tokenized."""
+
+
+def _cancelled_raw() -> dict[str, Any]:
+    """A native-loop result for a generation cancelled before its prefill."""
+    return {"text": "", "token_ids": [], "finish_reason": "cancelled", "error_message": "",
+            "prompt_tokens": 0, "completion_tokens": 0, "prefill_ms": 0.0, "time_to_first_token_ms": 0.0,
+            "decode_ms": 0.0, "decode_steps": 0, "decode_forward_ms": 0.0, "total_ms": 0.0}
+
+
+def _is_chat(prompt: Any) -> bool:
+    return isinstance(prompt, Sequence) and not isinstance(prompt, (str, bytes, bytearray)) and \
+        bool(prompt) and all(isinstance(m, Mapping) for m in prompt)
 
 
 def _result(raw: dict[str, Any], seed: int) -> GenerationResult:

@@ -511,6 +511,19 @@ cdef class LlmCore:
             s = decode_token(llm, &self._token_text, token)
         return PyBytes_FromStringAndSize(s.data(), s.size())
 
+    def max_token_bytes(self, int vocab) -> int:
+        """Length in bytes of the longest token among ids 0..vocab-1."""
+        cdef Llm* llm = self._require()
+        cdef size_t longest = 0
+        cdef size_t length
+        cdef int token
+        with nogil:
+            for token in range(vocab):
+                length = decode_token(llm, &self._token_text, token).size()
+                if length > longest:
+                    longest = length
+        return longest
+
     def detokenize(self, ids) -> bytes:
         cdef Llm* llm = self._require()
         cdef vector[int] v = ids
@@ -548,6 +561,9 @@ cdef class LlmCore:
 
     def clear_cancel(self) -> None:
         self._cancel.store(0)
+
+    def cancel_requested(self) -> bool:
+        return self._cancel.load() != 0
 
     def inject_failure(self, int after_tokens) -> None:
         """Test hook: make the next generation fail after this many tokens,

@@ -58,6 +58,14 @@ public:
         size_t size;
     };
     const Info* getInfo();
+    // As in MNN's Expr.hpp: the public accessor is an inline template over the
+    // exported (private there) readInternal.
+    template <typename T>
+    const T* readMap() {
+        return static_cast<const T*>(readInternal(false));
+    }
+
+private:
     void* readInternal(bool forShape = false);
 };
 
@@ -163,7 +171,7 @@ inline const float* read_logits(const MNN::Express::VARP& logits, int* size) {
     auto* info = var->getInfo();
     if (info == nullptr || static_cast<int>(info->type.code) != 2 || info->type.bits != 32) return nullptr;
     if (info->dim.empty()) return nullptr;
-    auto* data = static_cast<const float*>(var->readInternal(false));
+    const float* data = var->readMap<float>();
     if (data == nullptr) return nullptr;
     int vocab = info->dim.back();
     // forward returns the last position only: [1, 1, vocab]; be defensive if

@@ -10,7 +10,7 @@ import time
 import pytest
 from support import SCRIPTED_TEXT, test_model_dir
 
-from mnn_engine import Engine, LoadOptions, MnnEngineError, ModelStore, backend_capabilities
+from mnn_engine import Engine, LoadOptions, MnnEngineError, ModelStore, backend_capabilities, build_info
 
 CHAT = [{"role": "user", "content": "hello there"}]
 
@@ -49,11 +49,16 @@ def test_load_options_translate_to_mnn_keys(tmp_path):
     assert tuned["dynamic_option"] == 8 and tuned["quant_qkv"] == 1
 
 
-def test_wheel_build_is_cpu_only():
+def test_compiled_backends_are_what_the_build_recorded():
     caps = backend_capabilities()
+    compiled = build_info()["backends_compiled"]
     assert caps["cpu"] == {"compiled": True, "available": True}
     for name in ("opencl", "vulkan", "hexagon"):
-        assert caps[name] == {"compiled": False, "available": False}
+        assert caps[name]["compiled"] == (name in compiled)
+        if not caps[name]["compiled"]:
+            assert caps[name]["available"] is False
+    if build_info()["mode"] == "wheel":
+        assert compiled == ["cpu"]  # the PyPI wheel's engine is CPU-only
 
 
 def test_unavailable_backend_is_an_error_not_a_fallback(engine):

@@ -228,42 +228,63 @@ class ChatCompletionsHandler(JsonHandler):
             request.cleanup()
 
     async def _complete(self, engine: Engine, model: str, request: ChatRequest) -> None:
-        # Rendered once, here: the parser needs to know whether the template
-        # already opened a <think> block, and the engine takes the text as is.
-        prompt = engine.llm.apply_chat_template(request.messages, True, request.enable_thinking, request.tools)
-        parser = OutputParser(in_reasoning=prompt_opens_thinking(prompt), parse_tools=request.parse_tools)
+        # The chat template and the tokenizer run on the generation thread,
+        # never here; the rendered prompt comes back through on_prompt (the
+        # parser needs to know whether the template opened a <think> block).
+        rendered: list[str | None] = []
+
+        def submit(put: Callable[[str], None] | None) -> Future[GenerationResult]:
+            self._future = engine.submit(request.messages, put, on_prompt=rendered.append,
+                                         enable_thinking=request.enable_thinking, tools=request.tools,
+                                         **request.sampling)
+            return self._future
+
+        def parser() -> OutputParser:
+            prompt = rendered[0] if rendered else None
+            return OutputParser(in_reasoning=prompt_opens_thinking(prompt or ""), parse_tools=request.parse_tools)
+
         completion = Completion(model=model, fingerprint=self.ctx.fingerprint)
         self.ctx.active.add(self)
         try:
             if request.stream:
-                await self._stream(engine, prompt, request, parser, completion)
+                await self._stream(submit, parser, request, completion)
             else:
-                self._future = engine.submit(prompt, None, **request.sampling)
+                submit(None)
                 await self._whole(parser, completion)
         finally:
             self.ctx.active.discard(self)
             if self._future is not None and not self._future.done():
                 engine.cancel_generation()
 
-    async def _whole(self, parser: OutputParser, completion: Completion) -> None:
+    def _check_not_cancelled(self, result: GenerationResult) -> None:
+        """A cancelled generation is never reported as a normal stop."""
+        if result.finish_reason != "cancelled":
+            return
+        if self.ctx.stopping:
+            raise MnnEngineError("server_stopping", "the server stopped during the generation")
+        raise MnnEngineError("generation_cancelled", "the generation was cancelled on the server")
+
+    async def _whole(self, make_parser: Callable[[], OutputParser], completion: Completion) -> None:
         result = await asyncio.wrap_future(self._future)
         if self._closed:
             return
+        self._check_not_cancelled(result)
+        parser = make_parser()
         deltas = parser.feed(result.text) + parser.finish()
         logprobs = logprobs_object(result.logprobs, self.ctx.engine.llm.token_bytes)
         self.send_json(completion.response(message_from(deltas), finish_reason(result, parser), result.usage,
                                            logprobs))
 
-    async def _stream(self, engine: Engine, prompt: str, request: ChatRequest, parser: OutputParser,
+    async def _stream(self, submit: Callable[[Callable[[str], None]], Future[GenerationResult]],
+                      make_parser: Callable[[], OutputParser], request: ChatRequest,
                       completion: Completion) -> None:
-        def start(put: Callable[[str], None]) -> Future[GenerationResult]:
-            self._future = engine.submit(prompt, put, **request.sampling)
-            return self._future
-
-        pieces = astream_pieces(start, engine.cancel_generation)
-        # The first piece submits the generation: a refusal (busy, bad options)
-        # or a failure before any text is still a plain HTTP error.
+        pieces = astream_pieces(submit, self.ctx.engine.cancel_generation)
+        # The first piece submits the generation: a refusal (busy, bad options,
+        # a prompt too long) or a failure before any text is still a plain HTTP error.
         first = await anext(pieces, None)
+        if first is None and self._future is not None and self._future.done() and not self._closed:
+            self._check_not_cancelled(self._future.result())
+        parser = make_parser()
         self.set_header("Content-Type", "text/event-stream; charset=utf-8")
         self.set_header("Cache-Control", "no-cache")
         self.set_header("X-Accel-Buffering", "no")
@@ -273,13 +294,10 @@ class ChatCompletionsHandler(JsonHandler):
                 await self._send_deltas(parser.feed(first), completion)
                 async for piece in pieces:
                     await self._send_deltas(parser.feed(piece), completion)
+            result = self._future.result()
+            self._check_not_cancelled(result)
         except MnnEngineError as exc:
             await self._event(error_body(exc.code, exc.message))
-            await self._done()
-            return
-        result = self._future.result()
-        if result.finish_reason == "cancelled" and self.ctx.stopping:
-            await self._event(error_body("server_stopping", "the server stopped during the generation"))
             await self._done()
             return
         await self._send_deltas(parser.finish(), completion)
