@@ -25,6 +25,37 @@ def build_info() -> dict[str, Any]:
     return _mnn.build_info()
 
 
+# CPU features that decide which MNN kernels run and how weights are packed for them.
+_KERNEL_FEATURES = {
+    "sse4_1", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni",
+    "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16",  # x86-64
+    "asimd", "asimdhp", "asimddp", "i8mm", "bf16", "sve", "sve2", "sme", "sme2",  # aarch64
+}
+
+
+def cpu_kernel_features(cpuinfo: str | None = None) -> list[str]:
+    """The CPU features MNN dispatches on, as /proc/cpuinfo lists them."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                cpuinfo = f.read()
+        except OSError:
+            cpuinfo = ""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in ("flags", "features"):
+            return sorted(_KERNEL_FEATURES.intersection(value.split()))
+    return []
+
+
+def engine_identity() -> dict[str, Any]:
+    """What prepared (mmap-cached) weights depend on besides the model: the
+    engine build and the CPU features its kernels were chosen for."""
+    info = build_info()
+    build = {k: info[k] for k in ("mode", "mnn_version", "mnn_commit", "mnn_source", "compiler", "flags")}
+    return {"build": build, "cpu": cpu_kernel_features()}
+
+
 def _loadable(names: list[str]) -> bool:
     for name in names:
         try:

@@ -92,13 +92,19 @@ class ModelInfo:
         return data
 
 
-def prepare_cache(cache_dir: Path, model_dir: Path) -> None:
+def prepare_cache(cache_dir: Path, model_dir: Path, engine: dict[str, Any] | None = None) -> None:
     """Make ``cache_dir`` fit for MNN's ``tmp_path``: its mmap cache holds the
-    prepared weights, so it is emptied whenever the model's files change
-    (size or modification time), or MNN would map stale weights."""
+    prepared weights, packed by one engine build for one CPU's kernels, so it
+    is emptied whenever the model's files change (size or modification time)
+    or ``engine`` (default: ``build.engine_identity()``) differs, or MNN would
+    map stale or foreign weights."""
+    if engine is None:
+        from .build import engine_identity
+
+        engine = engine_identity()
     config_path = model_dir / CONFIG_NAME
     files = {"config": config_path, **model_files(config_path, read_config(config_path))}
-    stamp = {}
+    stamp: dict[str, Any] = {"engine": engine}
     for key, path in files.items():
         with contextlib.suppress(OSError):
             info = path.stat()

@@ -282,6 +282,38 @@ def test_cache_is_emptied_when_the_model_changes(tmp_path):
     assert not (cache / "0_0_0_0_0.static").exists() and cache.is_dir()
 
 
+def test_cache_is_emptied_when_the_engine_build_or_cpu_changes(tmp_path):
+    from mnn_engine.build import engine_identity
+    from mnn_engine.models import prepare_cache
+
+    model = _fake_model(tmp_path / "m", GOOD)
+    cache = tmp_path / "cache"
+    wheel = {"build": {**engine_identity()["build"], "mode": "wheel", "flags": ""}, "cpu": ["avx2", "fma"]}
+    source = {"build": {**wheel["build"], "mode": "subproject", "flags": "-DMNN_ENGINE_USE_MNN_HEADERS"},
+              "cpu": wheel["cpu"]}
+    prepare_cache(cache, model, wheel)
+    (cache / "0_0_0_0_0.static").write_bytes(b"weights packed by the wheel")
+    prepare_cache(cache, model, wheel)
+    assert (cache / "0_0_0_0_0.static").exists()
+    prepare_cache(cache, model, source)  # another build over the same store
+    assert not (cache / "0_0_0_0_0.static").exists()
+    (cache / "0_0_0_0_0.static").write_bytes(b"weights packed for AVX2")
+    prepare_cache(cache, model, {**source, "cpu": ["avx2", "avx512f", "avx512_vnni", "fma"]})  # another CPU
+    assert not (cache / "0_0_0_0_0.static").exists()
+    prepare_cache(cache, model)  # this process's own identity: differs from the fakes
+    assert json.loads((cache / "model-stamp.json").read_text())["engine"] == engine_identity()
+
+
+def test_cpu_kernel_features_from_cpuinfo():
+    from mnn_engine.build import cpu_kernel_features
+
+    x86 = "processor\t: 0\nflags\t\t: fpu sse4_1 avx avx2 fma avx512f avx512_vnni ht\n"
+    arm = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes asimdhp asimddp i8mm sve\n"
+    assert cpu_kernel_features(x86) == ["avx", "avx2", "avx512_vnni", "avx512f", "fma", "sse4_1"]
+    assert cpu_kernel_features(arm) == ["asimd", "asimddp", "asimdhp", "i8mm", "sve"]
+    assert cpu_kernel_features("") == []
+
+
 def test_cache_stamp_follows_the_files_the_config_names(tmp_path):
     from mnn_engine.models import prepare_cache
 
