@@ -17,7 +17,8 @@ from typing import Any
 
 from . import _mnn
 from .errors import MnnEngineError, invalid
-from .model_files import resolve_config_path, validate_model_dir
+from .first_touch import check_in_child
+from .model_files import model_files, resolve_config_path, validate_model_dir
 from .native_output import captured_native_output
 from .sampling import GenerationConfig
 from .streaming import astream_pieces, stream_pieces
@@ -171,7 +172,17 @@ class Llm:
 
     # ------------------------------------------------------------------ lifecycle
     def load(self) -> Llm:
-        """Load the weights and run one short warm-up forward. Idempotent."""
+        """Load the weights and run one short warm-up forward. Idempotent.
+        The first load of each version of the files runs in a child process
+        first (``mnn_engine.first_touch``): damaged files give
+        ``invalid_model`` instead of killing this process."""
+        with self._state_lock:
+            if self._core is not None:
+                return self
+            check_in_child(self.config_path, model_files(self.config_path, self.file_config), self.config_overrides)
+            return self._load_in_process()
+
+    def _load_in_process(self) -> Llm:
         with self._state_lock:
             if self._core is not None:
                 return self

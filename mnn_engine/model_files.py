@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .errors import MnnEngineError
-from .native_output import captured_native_output
+from .mnn_graph import GraphError, read_graph_file
 
 CONFIG_NAME = "config.json"
 MARKET_CONFIG_NAME = "market_config.json"
+TOKENIZER_MAGIC = b"430"
 
 # config keys naming files: (MNN's default name, required when not named)
 FILE_KEYS: dict[str, tuple[str | None, bool]] = {
@@ -35,7 +34,6 @@ FILE_KEYS: dict[str, tuple[str | None, bool]] = {
 VISUAL_KEYS = {"visual_model": "visual.mnn"}
 AUDIO_KEYS = {"audio_model": "audio.mnn"}
 
-_EXTERNAL = re.compile(rb'"external"\s*:\s*\[([^\]]*)\]')
 
 
 def _bad(message: str, param: str) -> MnnEngineError:
@@ -133,16 +131,17 @@ def model_files(config_path: Path, config: dict[str, Any]) -> dict[str, Path]:
     return files
 
 
-def validate_model_dir(model: str | os.PathLike[str], *, check_weights: bool = True) -> dict[str, Any]:
+def validate_model_dir(model: str | os.PathLike[str], *, check_contents: bool = True) -> dict[str, Any]:
     """Validate a model directory; returns its merged config. Raises
     ``model_not_found`` or ``invalid_model`` naming the offending file."""
     config_path = resolve_config_path(model)
     config = read_config(config_path)
     files = model_files(config_path, config)
-    if check_weights:
+    if check_contents:
+        check_tokenizer_header(files["tokenizer_file"])
         needed = required_weight_bytes(files["llm_model"])
         actual = files["llm_weight"].stat().st_size
-        if needed is not None and actual < needed:
+        if actual < needed:
             raise _bad(
                 f"weight file {files['llm_weight']} is truncated: {actual} bytes, the graph needs {needed}",
                 "llm_weight",
@@ -150,27 +149,26 @@ def validate_model_dir(model: str | os.PathLike[str], *, check_weights: bool = T
     return config
 
 
-def required_weight_bytes(graph: Path) -> int | None:
-    """Bytes of external weight data the graph refers to, or None when it
-    cannot be told (no MNN converter in this build)."""
+def check_tokenizer_header(path: Path) -> None:
+    """MNN's tokenizer files start with a line "430 <type>"."""
     try:
-        with captured_native_output():  # it prints CPU features on import
-            import _tools  # the MNN wheel's converter module
-    except ImportError:
-        return None
-    with tempfile.TemporaryDirectory(prefix="mnn-engine-graph-") as tmp:
-        dump = Path(tmp) / "graph.json"
-        with captured_native_output():
-            ok = _tools.mnnconvert(["mnnconvert", "-f", "MNN", "--modelFile", str(graph), "--JsonFile", str(dump)])
-        if not ok or not dump.is_file():
-            raise _bad(f"{graph} is not a readable MNN graph", "llm_model")
-        text = dump.read_bytes()
-    extent = 0
-    for match in _EXTERNAL.finditer(text):
-        numbers = [int(x) for x in match.group(1).split(b",") if x.strip()]
-        if numbers:
-            extent = max(extent, numbers[0] + sum(numbers[1:]))
-    return extent
+        with open(path, "rb") as f:
+            head = f.read(64).split(b"\n", 1)[0].split()
+    except OSError as exc:
+        raise _bad(f"tokenizer file {path} cannot be read: {exc.strerror}", "tokenizer_file") from exc
+    if len(head) < 2 or head[0] != TOKENIZER_MAGIC or not head[1].isdigit():
+        raise _bad(f"tokenizer file {path} is not an MNN tokenizer (no \"430 <type>\" header)", "tokenizer_file")
+
+
+def required_weight_bytes(graph: Path) -> int:
+    """Bytes of external weight data the graph refers to; ``invalid_model``
+    when the graph file is damaged (checked here, so MNN never reads it)."""
+    try:
+        return read_graph_file(graph).weight_extent
+    except GraphError as exc:
+        raise _bad(f"{graph} is not a readable MNN graph: {exc}", "llm_model") from exc
+    except OSError as exc:
+        raise _bad(f"{graph} cannot be read: {exc.strerror}", "llm_model") from exc
 
 
 def display_name(model_dir: Path, fallback: str) -> str:

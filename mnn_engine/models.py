@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import MnnEngineError
+from .first_touch import check_in_child
 from .model_files import (
     CONFIG_NAME,
     display_name,
@@ -256,7 +257,9 @@ class ModelStore:
         staging = self.models_dir / f"{_IMPORT_PREFIX}{new_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             self._copy_tree(src, staging, progress)
-            validate_model_dir(staging, check_weights=False)
+            config = validate_model_dir(staging, check_contents=False)
+            staged_config = staging / CONFIG_NAME
+            check_in_child(staged_config, model_files(staged_config, config), {})
             if final.exists():
                 trash = self.models_dir / f"{_TRASH_PREFIX}{new_id}-{uuid.uuid4().hex[:8]}"
                 final.rename(trash)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import random
 import threading
 import time
@@ -11,6 +12,7 @@ import pytest
 from support import SCRIPTED_TEXT, test_model_dir
 
 from mnn_engine import Engine, LoadOptions, MnnEngineError, ModelStore, backend_capabilities, build_info
+from mnn_engine.native_output import captured_native_output
 
 CHAT = [{"role": "user", "content": "hello there"}]
 
@@ -235,8 +237,12 @@ def test_logs_capture_mnn_output_and_never_the_text(engine):
     engine.load("scripted", threads=1)
     secret = "zebra-violin-4711"
     engine.chat([{"role": "user", "content": secret}], temperature=0)
+    # MNN prints with printf to fd 1 (its CPU line comes once per process, so
+    # a native print is made here the same way)
+    with captured_native_output():
+        ctypes.CDLL(None).printf(b"native line from C\n")
     entries = engine.logs.entries()
-    assert any(e.tag == "mnn_engine.mnn" for e in entries)  # MNN's own prints, captured
+    assert any(e.tag == "mnn_engine.mnn" and e.message == "native line from C" for e in entries)
     assert any(e.tag == "mnn_engine.engine" and "loaded" in e.message for e in entries)
     assert seen and seen[-1] == entries[-1]
     for entry in entries:

@@ -77,7 +77,7 @@ GOOD = {"llm_model": "llm.mnn", "llm_weight": "llm.mnn.weight", "tokenizer_file"
 
 
 def test_a_complete_fake_model_validates(tmp_path):
-    assert validate_model_dir(_fake_model(tmp_path / "m", GOOD), check_weights=False)["llm_model"] == "llm.mnn"
+    assert validate_model_dir(_fake_model(tmp_path / "m", GOOD), check_contents=False)["llm_model"] == "llm.mnn"
 
 
 @pytest.mark.parametrize(("config", "param"), [
@@ -97,7 +97,7 @@ def test_a_complete_fake_model_validates(tmp_path):
 def test_validation_names_the_offending_file(tmp_path, config, param):
     model = _fake_model(tmp_path / "m", config)
     with pytest.raises(MnnEngineError) as err:
-        validate_model_dir(model, check_weights=False)
+        validate_model_dir(model, check_contents=False)
     assert err.value.code == "invalid_model"
     assert err.value.param == param
 
@@ -108,14 +108,14 @@ def test_symlink_escaping_the_directory(tmp_path):
     model = _fake_model(tmp_path / "m", GOOD, {"llm.mnn": b"g", "tokenizer.txt": b"t"})
     (model / "llm.mnn.weight").symlink_to(outside)
     with pytest.raises(MnnEngineError) as err:
-        validate_model_dir(model, check_weights=False)
+        validate_model_dir(model, check_contents=False)
     assert err.value.param == "llm_weight" and "outside" in err.value.message
 
 
 def test_symlink_inside_the_directory_is_fine(tmp_path):
     model = _fake_model(tmp_path / "m", GOOD, {"llm.mnn": b"g", "tokenizer.txt": b"t", "data/w": b"w"})
     (model / "llm.mnn.weight").symlink_to(model / "data" / "w")
-    validate_model_dir(model, check_weights=False)
+    validate_model_dir(model, check_contents=False)
 
 
 HOSTILE_NAMES = st.one_of(
@@ -133,7 +133,7 @@ def test_hostile_configs_never_escape_or_crash(tmp_path_factory, key, name, extr
     root = tmp_path_factory.mktemp("hostile")
     model = _fake_model(root / "m", {**extra, **GOOD, key: name})
     try:
-        config = validate_model_dir(model, check_weights=False)
+        config = validate_model_dir(model, check_contents=False)
     except MnnEngineError as exc:
         assert exc.code == "invalid_model"
         return

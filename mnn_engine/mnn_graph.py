@@ -1,0 +1,143 @@
+"""Reading an MNN graph file (``llm.mnn``) in Python, before MNN sees it.
+
+MNN reads the FlatBuffers graph without verifying it: a truncated or random
+file crashes the process (SIGSEGV). This reader walks the parts MNN walks
+first (the ops of the graph and of its subgraphs, their tensor index lists
+and parameters), checking every offset against the file's size, and
+collects how far into the weight file the ops' external weights reach. It
+needs neither MNN nor its converter, so it works with every build.
+
+The field slots come from MNN 3.6.1's schema (``tools/mnn_schema.py`` derives
+them; a test checks they still match the sources).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+# Slots in MNN's schema (tools/mnn_schema.py).
+NET_OPLISTS = 3
+NET_SUBGRAPHS = 10
+SUBGRAPH_NODES = 4
+OP_INPUTS = 0
+OP_MAIN_TYPE = 1
+OP_MAIN = 2
+OP_OUTPUTS = 4
+#: OpParameter member number -> slot of its ``external: [int64]`` field
+#: (Blob, Convolution2D, Scale, Convolution3D, LayerNorm, GroupNorm).
+EXTERNAL_SLOTS = {7: 9, 9: 6, 58: 3, 80: 3, 88: 5, 95: 6}
+
+MAX_OPS = 10_000_000
+
+
+class GraphError(ValueError):
+    """The file is not a well-formed MNN graph."""
+
+
+@dataclass(frozen=True)
+class GraphSummary:
+    ops: int
+    weight_extent: int  # bytes of the external weight file the ops refer to
+
+
+class _Reader:
+    """Bounds-checked little-endian FlatBuffers access."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.size = len(data)
+
+    def _unpack(self, fmt: str, pos: int) -> int:
+        width = struct.calcsize(fmt)
+        if pos < 0 or pos + width > self.size:
+            raise GraphError(f"offset {pos} is outside the file ({self.size} bytes)")
+        return struct.unpack_from(fmt, self.data, pos)[0]
+
+    def u32(self, pos: int) -> int:
+        return self._unpack("<I", pos)
+
+    def table(self, pos: int) -> _Table:
+        vtable = pos - self._unpack("<i", pos)
+        vsize = self._unpack("<H", vtable)
+        if vsize < 4 or vsize % 2:
+            raise GraphError(f"bad vtable at {vtable}")
+        self._unpack("<H", vtable + vsize - 2)  # the whole vtable is inside
+        return _Table(self, pos, vtable, vsize)
+
+    def vector(self, pos: int, element_size: int) -> tuple[int, int]:
+        """(start, length) of the vector at ``pos``, all of it inside the file."""
+        length = self.u32(pos)
+        start = pos + 4
+        if start + length * element_size > self.size:
+            raise GraphError(f"a vector at {pos} runs past the end of the file")
+        return start, length
+
+
+class _Table:
+    def __init__(self, reader: _Reader, pos: int, vtable: int, vsize: int) -> None:
+        self.r, self.pos, self.vtable, self.vsize = reader, pos, vtable, vsize
+
+    def field(self, slot: int) -> int | None:
+        """Absolute position of a field, or None when it is absent."""
+        entry = 4 + 2 * slot
+        if entry >= self.vsize:
+            return None
+        offset = self.r._unpack("<H", self.vtable + entry)
+        return self.pos + offset if offset else None
+
+    def ubyte(self, slot: int) -> int:
+        pos = self.field(slot)
+        return 0 if pos is None else self.r._unpack("<B", pos)
+
+    def table(self, slot: int) -> _Table | None:
+        pos = self.field(slot)
+        return None if pos is None else self.r.table(pos + self.r.u32(pos))
+
+    def vector(self, slot: int, element_size: int) -> tuple[int, int]:
+        pos = self.field(slot)
+        return (0, 0) if pos is None else self.r.vector(pos + self.r.u32(pos), element_size)
+
+    def tables(self, slot: int) -> Iterator[_Table]:
+        start, length = self.vector(slot, 4)
+        if length > MAX_OPS:
+            raise GraphError(f"implausibly many entries ({length})")
+        for i in range(length):
+            element = start + 4 * i
+            yield self.r.table(element + self.r.u32(element))
+
+    def int64s(self, slot: int) -> list[int]:
+        start, length = self.vector(slot, 8)
+        return list(struct.unpack_from(f"<{length}q", self.r.data, start)) if length else []
+
+
+def read_graph(data: bytes) -> GraphSummary:
+    """Walk a graph; raises GraphError when it is damaged."""
+    reader = _Reader(data)
+    if reader.size < 8:
+        raise GraphError(f"the file is too short ({reader.size} bytes)")
+    net = reader.table(reader.u32(0))
+    ops = list(net.tables(NET_OPLISTS))
+    for subgraph in net.tables(NET_SUBGRAPHS):
+        ops.extend(subgraph.tables(SUBGRAPH_NODES))
+    if not ops:
+        raise GraphError("the graph has no operators")
+    extent = 0
+    for op in ops:
+        op.vector(OP_INPUTS, 4)
+        op.vector(OP_OUTPUTS, 4)
+        kind = op.ubyte(OP_MAIN_TYPE)
+        main = op.table(OP_MAIN) if kind else None
+        if main is not None and kind in EXTERNAL_SLOTS:
+            external = main.int64s(EXTERNAL_SLOTS[kind])
+            if external:
+                if any(v < 0 for v in external):
+                    raise GraphError("negative external weight offset or size")
+                extent = max(extent, sum(external))
+    return GraphSummary(len(ops), extent)
+
+
+def read_graph_file(path: Path) -> GraphSummary:
+    return read_graph(path.read_bytes())

@@ -1,0 +1,99 @@
+"""Damaged model files give invalid_model and this process lives
+(mnn_engine.first_touch, mnn_engine.model_files, mnn_engine.mnn_graph)."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support import test_model_dir
+
+from mnn_engine import Llm, MnnEngineError, ModelStore
+from mnn_engine.first_touch import markers_dir
+
+FILES = ("llm.mnn", "llm.mnn.weight", "tokenizer.mtok", "llm_config.json", "config.json")
+
+
+@pytest.fixture(autouse=True)
+def _own_markers(tmp_path, monkeypatch):
+    monkeypatch.setenv("MNN_ENGINE_HOME", str(tmp_path / "home"))
+
+
+def _damaged(root: Path, name: str, how: str, rng: random.Random) -> Path:
+    model = root / f"{name}-{how}-{rng.randrange(10**9)}"
+    shutil.copytree(test_model_dir("tiny"), model)
+    path = model / name
+    data = bytearray(path.read_bytes())
+    if how == "truncate":
+        data = data[: rng.randrange(len(data))]
+    elif how == "random":
+        data = bytearray(rng.randbytes(len(data)))
+    else:  # flip bytes
+        for _ in range(rng.randint(1, 16)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+    path.write_bytes(bytes(data))
+    return model
+
+
+def _open(model: Path) -> str:
+    """'ok' or the error code; a crash here would end the test run."""
+    try:
+        with Llm(model) as llm:
+            llm.generate("hi", max_tokens=2, temperature=0)
+        return "ok"
+    except MnnEngineError as exc:
+        assert exc.code in ("invalid_model", "model_load_failed", "model_not_found"), exc
+        return exc.code
+
+
+@pytest.mark.parametrize(("name", "how"), [
+    ("tokenizer.mtok", "truncate"), ("tokenizer.mtok", "random"),
+    ("llm.mnn", "truncate"), ("llm.mnn", "random"), ("llm.mnn.weight", "truncate"),
+])
+def test_damaged_file_is_invalid_model(tmp_path, name, how):
+    model = _damaged(tmp_path, name, how, random.Random(f"{name}{how}"))
+    with pytest.raises(MnnEngineError) as err:
+        Llm(model).load()
+    assert err.value.code == "invalid_model"
+    message = err.value.message
+    assert name in message or "crashed" in message, message
+
+
+def test_truncated_tokenizer_is_refused_at_import_and_the_store_stays_clean(tmp_path):
+    model = _damaged(tmp_path, "tokenizer.mtok", "truncate", random.Random(3))
+    store = ModelStore(tmp_path / "store")
+    with pytest.raises(MnnEngineError) as err:
+        store.import_model(model, model_id="broken")
+    assert err.value.code == "invalid_model" and "crashed" in err.value.message
+    assert store.list() == [] and not store.exists("broken")
+
+
+def test_a_good_model_is_checked_once(tmp_path):
+    model = tmp_path / "m"
+    shutil.copytree(test_model_dir("tiny"), model)
+    Llm(model).load().close()
+    markers = list(markers_dir().iterdir())
+    assert len(markers) == 1
+    Llm(model).load().close()
+    assert list(markers_dir().iterdir()) == markers
+    os.utime(model / "llm.mnn.weight")  # a new version of the files: checked again
+    Llm(model).load().close()
+    assert len(list(markers_dir().iterdir())) == 2
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(FILES), st.sampled_from(["truncate", "flip", "random"]), st.integers(0, 2**32))
+def test_fuzzed_model_files_never_kill_the_process(tmp_path, name, how, seed):
+    _open(_damaged(tmp_path, name, how, random.Random(seed)))
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(FILES), st.sampled_from(["truncate", "flip", "random"]), st.integers(0, 2**32))
+def test_fuzzed_model_files_never_kill_the_process_long(tmp_path, name, how, seed):
+    _open(_damaged(tmp_path, name, how, random.Random(seed)))

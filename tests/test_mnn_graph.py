@@ -1,0 +1,62 @@
+"""The Python reader of MNN graph files (mnn_engine.mnn_graph)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support import REPO, test_model_dir
+
+from mnn_engine import mnn_graph
+from mnn_engine.mnn_graph import GraphError, read_graph
+
+SCHEMA = REPO / "subprojects" / "MNN" / "schema" / "default"
+
+
+@pytest.mark.parametrize("name", ["tiny", "smollm2-135m"])
+def test_external_weights_reach_exactly_the_end_of_the_weight_file(name):
+    model = test_model_dir(name)
+    summary = read_graph((model / "llm.mnn").read_bytes())
+    assert summary.ops > 100
+    assert summary.weight_extent == (model / "llm.mnn.weight").stat().st_size
+
+
+@pytest.mark.skipif(not SCHEMA.is_dir(), reason="MNN sources are not unpacked in subprojects/MNN")
+def test_slots_match_mnn_schema():
+    spec = importlib.util.spec_from_file_location("mnn_schema", REPO / "tools" / "mnn_schema.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    derived = tool.derive(SCHEMA)
+    assert derived["external"] == {str(k): v for k, v in mnn_graph.EXTERNAL_SLOTS.items()}
+    assert (derived["net_oplists"], derived["net_subgraphs"], derived["subgraph_nodes"]) == (
+        mnn_graph.NET_OPLISTS, mnn_graph.NET_SUBGRAPHS, mnn_graph.SUBGRAPH_NODES)
+    assert (derived["op_inputs"], derived["op_main_type"], derived["op_main"], derived["op_outputs"]) == (
+        mnn_graph.OP_INPUTS, mnn_graph.OP_MAIN_TYPE, mnn_graph.OP_MAIN, mnn_graph.OP_OUTPUTS)
+
+
+GRAPH = (test_model_dir("tiny") / "llm.mnn").read_bytes() if test_model_dir("tiny").is_dir() else b""
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_damaged_graphs_are_refused_or_read_never_crash(data):
+    """Truncations and byte flips anywhere: a GraphError or a reading, never
+    another exception (and never MNN: it is not involved)."""
+    graph = bytearray(GRAPH)
+    if data.draw(st.booleans()):
+        graph = graph[: data.draw(st.integers(0, len(graph) - 1))]
+    else:
+        for _ in range(data.draw(st.integers(1, 8))):
+            graph[data.draw(st.integers(0, len(graph) - 1))] = data.draw(st.integers(0, 255))
+    with contextlib.suppress(GraphError):
+        read_graph(bytes(graph))
+
+
+def test_random_bytes_and_tiny_files_are_refused():
+    for blob in (b"", b"\0" * 7, b"\xff" * 64, random.Random(7).randbytes(4096)):
+        with pytest.raises(GraphError):
+            read_graph(blob)
