@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -252,7 +253,10 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _api_key(args: argparse.Namespace) -> str | None:
-    if args.api_key:
+    if args.api_key is not None:
+        if not args.api_key.strip():
+            raise MnnEngineError("invalid_argument", "--api-key is empty: give a key, or leave the option out "
+                                 "to serve without authentication", param="api_key")
         return args.api_key
     if args.api_key_file:
         try:
@@ -267,7 +271,7 @@ def _api_key(args: argparse.Namespace) -> str | None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .server.runner import serve_forever
+    from .server.runner import bind, serve_forever
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host = "0.0.0.0" if args.all_interfaces else args.host
@@ -280,6 +284,8 @@ def _serve(args: argparse.Namespace) -> int:
     if host not in ("127.0.0.1", "localhost", "::1") and not key:
         print(f"warning: serving on {host} without an API key: anyone on your network can use the model "
               "(set --api-key, --api-key-file or MNN_ENGINE_API_KEY)", file=sys.stderr)
+    # the address first: a port in use is reported before the model loads
+    sockets = bind(host, args.port)
     try:
         engine.load(model, **_load_overrides(args))
 
@@ -289,13 +295,35 @@ def _serve(args: argparse.Namespace) -> int:
 
         serve_forever(engine, host=host, port=args.port, api_key=key,
                       max_body_bytes=int(args.max_body_mb * 1024 * 1024), allow_file_urls=args.allow_file_urls,
-                      on_ready=ready)
+                      on_ready=ready, sockets=sockets, cors_origins=args.cors_origin)
     finally:
+        for sock in sockets:
+            sock.close()
         engine.close()
     return 0
 
 
 # ---------------------------------------------------------------- parser
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
+    return port
+
+
+def _body_mb(text: str) -> float:
+    try:
+        size = float(text)
+    except ValueError:
+        size = math.nan
+    if not (math.isfinite(size) and 0 < size <= 1024):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size in MB from 0 to 1024")
+    return size
+
+
 def _add_load_options(parser: argparse.ArgumentParser) -> None:
     """Load flags; each one not given comes from the model's tuned preset, else the default."""
     parser.add_argument("--backend", choices=BACKENDS, default=None, help="default cpu")
@@ -364,11 +392,14 @@ def build_parser() -> argparse.ArgumentParser:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     where.add_argument("--all-interfaces", action="store_true", help="listen on 0.0.0.0 (use an API key)")
-    p.add_argument("--port", type=int, default=8081)
+    p.add_argument("--port", type=_port, default=8081)
     keys = p.add_mutually_exclusive_group()
     keys.add_argument("--api-key", help="require Authorization: Bearer KEY on /v1 routes")
     keys.add_argument("--api-key-file", help="read the API key from this file")
-    p.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body (default 8 MB)")
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let web pages from ORIGIN (e.g. http://localhost:3000; * for any) call the API; "
+                        "repeatable. By default only the server's own page can")
+    p.add_argument("--max-body-mb", type=_body_mb, default=8.0, help="largest request body (default 8 MB)")
     p.add_argument("--allow-file-urls", action="store_true", help="accept file:// image URLs (local files)")
     _add_load_options(p)
     p.set_defaults(func=_serve)

@@ -33,6 +33,8 @@ ERROR_CODES: dict[str, ErrorKind] = {
     "server_stopping": ErrorKind(503, "server_error", "The server is stopping."),
     "port_in_use": ErrorKind(409, "invalid_request_error", "The address is already in use."),
     "unauthorized": ErrorKind(401, "authentication_error", "Missing or wrong API key."),
+    "forbidden": ErrorKind(403, "permission_error",
+                           "The request comes from a web page or host name this server does not serve."),
     "not_found": ErrorKind(404, "invalid_request_error", "No such route."),
     "method_not_allowed": ErrorKind(405, "invalid_request_error", "The route does not take that method."),
     "payload_too_large": ErrorKind(413, "invalid_request_error", "The request body is too large."),

@@ -28,5 +28,19 @@ def loads(text: str | bytes) -> Any:
     return json.loads(text, parse_constant=_refuse)
 
 
+def depth(value: Any, limit: int) -> int:
+    """Nesting depth of a parsed JSON value, counted up to ``limit + 1`` (iterative)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            if level > limit:
+                return level
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def _refuse(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")

@@ -20,7 +20,7 @@ from .errors import MnnEngineError, invalid
 from .first_touch import check_in_child
 from .model_files import model_files, resolve_config_path, validate_model_dir
 from .native_output import captured_native_output
-from .sampling import GenerationConfig
+from .sampling import INT32_MAX, GenerationConfig, is_valid_unicode
 from .streaming import astream_pieces, stream_pieces
 from .tokenizing import splits_exactly, tokenize_bounded, utf8_len
 
@@ -35,6 +35,8 @@ _SAMPLER_DEFAULT_KEYS = (
     "repetition_penalty", "presence_penalty", "frequency_penalty",
 )
 _DEFAULT_CONTEXT = 2048
+# MNN config keys that MNN reads as C ints
+_INT_CONFIG_KEYS = frozenset({"max_all_tokens", "max_new_tokens", "thread_num", "prefill_chunk_size"})
 # Markup tokens that reasoning and tool-call parsing rely on. MNN's tokenizer
 # decodes added tokens to nothing, so their text is restored after load.
 MARKUP_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
@@ -148,6 +150,10 @@ class Llm:
         except (TypeError, ValueError) as exc:
             raise invalid("config_overrides", f"must be JSON-serialisable: {exc}") from exc
         check_quant_qkv({**self.file_config, **config_overrides}.get("quant_qkv"))
+        for key in _INT_CONFIG_KEYS & config_overrides.keys():
+            value = config_overrides[key]
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT32_MAX:
+                raise invalid(key, f"must be an integer from 1 to {INT32_MAX} (got {value!r})")
         self.config_overrides = dict(config_overrides)
         self._core: _mnn.LlmCore | None = None
         self._finalizer: weakref.finalize | None = None
@@ -203,7 +209,8 @@ class Llm:
             self._vocab_size = core.vocab_size()  # one short forward: the warm-up
             self.load_seconds = loaded - started
             self.warmup_seconds = time.perf_counter() - loaded
-            self._context_limit = int(config.get("max_all_tokens", _DEFAULT_CONTEXT))
+            context = config.get("max_all_tokens", _DEFAULT_CONTEXT)
+            self._context_limit = context if isinstance(context, int) and context > 1 else _DEFAULT_CONTEXT
             self._sampling_defaults = _sampler_defaults(config)
             jinja = config.get("jinja") if isinstance(config.get("jinja"), dict) else {}
             self._template_context = dict(jinja.get("context") or {})
@@ -374,6 +381,8 @@ class Llm:
                 if value is not None:
                     raise invalid(name, "applies to chat messages only (the prompt is text or token ids)")
             if isinstance(prompt, str):
+                if not is_valid_unicode(prompt):
+                    raise invalid("prompt", "must be valid Unicode (no lone surrogates)")
                 size = utf8_len(prompt)
             elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
                 ids = self._checked_ids(prompt, "prompt")
@@ -669,5 +678,8 @@ def _message_pairs(messages: Sequence[Message]) -> list[tuple[str, str]]:
             content = ""
         if not isinstance(content, str):
             raise invalid(f"messages[{i}].content", "must be a string")
+        for name, text in (("role", role), ("content", content)):
+            if not is_valid_unicode(text):
+                raise invalid(f"messages[{i}].{name}", "must be valid Unicode (no lone surrogates)")
         pairs.append((role, content))
     return pairs

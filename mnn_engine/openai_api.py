@@ -15,6 +15,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import secrets
 import tempfile
 import time
@@ -26,12 +27,15 @@ from typing import Any
 
 from .errors import MnnEngineError
 from .llm import GenerationResult, TokenLogprob
+from .scratch import scratch_dir
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 DEFAULT_MAX_IMAGE_BYTES = 10 * 1024 * 1024
 MAX_IMAGES = 8
+WORD_JOINER = "\u2060"
+_MEDIA_TAG = re.compile(r"</?(?:img|audio|video|hw)>", re.IGNORECASE)
 _SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
                     "repetition_penalty", "seed", "logit_bias")
 
@@ -182,7 +186,7 @@ def _parse_tools(body: Mapping[str, Any], request: ChatRequest) -> None:
         tools = [t for t in tools if t["function"]["name"] == name]
     else:
         raise bad("tool_choice", "'tool_choice' must be auto, none, required or {\"type\": \"function\", ...}")
-    request.tools = [dict(t) for t in tools]
+    request.tools = [_neutralized(dict(t)) for t in tools]
     request.parse_tools = True
 
 
@@ -194,12 +198,34 @@ def _parse_messages(messages: Any, policy: ImagePolicy, request: ChatRequest) ->
         role = message.get("role")
         if role not in ROLES:
             raise bad(f"{where}.role", f"{where}.role must be one of {', '.join(sorted(ROLES))}")
+        if message.get("content") is None and not (role == "assistant" and message.get("tool_calls")):
+            raise bad(f"{where}.content", f"{where}.content is required for a {role} message")
         content = _content_text(message.get("content"), where, policy, request)
         if role == "assistant" and message.get("tool_calls"):
-            content += _tool_calls_text(message["tool_calls"], where)
+            content += neutralize_media_tags(_tool_calls_text(message["tool_calls"], where))
         # an assistant's earlier reasoning_content is not sent back to the model
         out.append({"role": "system" if role == "developer" else role, "content": content})
     return out
+
+
+def neutralize_media_tags(text: str) -> str:
+    """Client text can never open MNN's multimodal tags (``<img>``,
+    ``<audio>``: MNN would read the file they name); a word joiner breaks
+    them up. Only the server's own image handling writes real ones."""
+    if "<" not in text:
+        return text
+    return _MEDIA_TAG.sub(lambda m: m.group(0)[0] + WORD_JOINER + m.group(0)[1:], text)
+
+
+def _neutralized(value: Any) -> Any:
+    """``neutralize_media_tags`` on every string of a JSON value (tools go into the template)."""
+    if isinstance(value, str):
+        return neutralize_media_tags(value)
+    if isinstance(value, Mapping):
+        return {neutralize_media_tags(str(k)): _neutralized(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_neutralized(v) for v in value]
+    return value
 
 
 def _objects(items: list[Any], name: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -215,7 +241,7 @@ def _content_text(content: Any, where: str, policy: ImagePolicy, request: ChatRe
     if content is None:
         return ""
     if isinstance(content, str):
-        return content
+        return neutralize_media_tags(content)
     if not isinstance(content, list):
         raise bad(f"{where}.content", f"{where}.content must be a string or a list of parts")
     texts = []
@@ -224,7 +250,7 @@ def _content_text(content: Any, where: str, policy: ImagePolicy, request: ChatRe
         if kind == "text":
             if not isinstance(part.get("text"), str):
                 raise bad(here, f"{here}.text must be a string")
-            texts.append(part["text"])
+            texts.append(neutralize_media_tags(part["text"]))
         elif kind == "image_url":
             texts.append(f"<img>{_image_file(part.get('image_url'), here, policy, request)}</img>")
         else:
@@ -266,7 +292,7 @@ def _image_file(spec: Any, where: str, policy: ImagePolicy, request: ChatRequest
     if not data:
         raise bad(where, "the image is empty")
     if request.image_dir is None:
-        request.image_dir = tempfile.mkdtemp(prefix="mnn-engine-images-")  # mode 0700
+        request.image_dir = tempfile.mkdtemp(prefix="images-", dir=scratch_dir())  # mode 0700
     path = Path(request.image_dir) / f"{len(request.images)}{suffix}"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -12,6 +13,7 @@ from .errors import invalid
 
 MAX_STOP_STRINGS = 16
 MAX_TOP_LOGPROBS = 20
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ class GenerationConfig:
             if bias != -math.inf and not -100 <= bias <= 100:
                 raise invalid("logit_bias", f"bias for token {token} must be in [-100, 100] or -inf")
         if self.seed is not None:
-            _int("seed", self.seed)
+            _int("seed", self.seed, 2**64)
             if not -(2**63) <= self.seed < 2**64:
                 raise invalid("seed", "must fit in 64 bits")
         if len(self.stop) > MAX_STOP_STRINGS:
@@ -150,7 +152,14 @@ def _stop_tuple(stop: Any) -> tuple[str, ...]:
     for item in stop:
         if not isinstance(item, str) or not item:
             raise invalid("stop", "stop strings must be non-empty strings")
+        if not is_valid_unicode(item):
+            raise invalid("stop", "stop strings must be valid Unicode (no lone surrogates)")
     return tuple(stop)
+
+
+def is_valid_unicode(text: str) -> bool:
+    """False for text with lone surrogates (JSON's "\\ud800"), which is not UTF-8."""
+    return _SURROGATE.search(text) is None
 
 
 def _bias_dict(bias: Any) -> Any:
@@ -172,9 +181,15 @@ def _number(name: str, value: Any) -> None:
         raise invalid(name, f"must be a finite number (got {value!r})")
 
 
-def _int(name: str, value: Any) -> None:
+INT32_MAX = 2**31 - 1
+
+
+def _int(name: str, value: Any, limit: int = INT32_MAX) -> None:
+    """An integer of at most ``limit`` in size (the native loop takes C ints)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise invalid(name, f"must be an integer (got {value!r})")
+    if abs(value) > limit:
+        raise invalid(name, f"must be at most {limit} in size (got {value})")
 
 
 def _token_id(name: str, token: Any) -> None:

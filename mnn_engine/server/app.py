@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import logging
 import time
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from ..streaming import astream_pieces
 log = logging.getLogger("mnn_engine.server")
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_JSON_DEPTH = 64
 
 
 @dataclass
@@ -56,6 +58,25 @@ class ServerContext:
     fingerprint: str = field(default_factory=lambda: f"mnn-engine-{__version__}")
     started: float = field(default_factory=time.time)
     active: set[ChatCompletionsHandler] = field(default_factory=set)
+    #: Origins of other web pages allowed to call the API ("*": any); the server's own always is.
+    cors_origins: tuple[str, ...] = ()
+    #: Bound to loopback: refuse requests whose Host is not a loopback name (DNS rebinding).
+    loopback_only: bool = True
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a Host header (with or without port) names this machine's loopback."""
+    name = host.strip().lower()
+    if name.startswith("["):
+        name = name[1:].partition("]")[0]
+    elif name.count(":") == 1:
+        name = name.partition(":")[0]
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def error_body(code: str, message: str, param: str | None = None) -> dict[str, Any]:
@@ -71,16 +92,31 @@ class JsonHandler(tornado.web.RequestHandler):
     def initialize(self, ctx: ServerContext) -> None:
         self.ctx = ctx
 
-    def set_default_headers(self) -> None:
-        self.set_header("Access-Control-Allow-Origin", "*")
-        self.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type")
-        self.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
-
-    def options(self, *_args: Any) -> None:  # CORS preflight
+    def options(self, *_args: Any) -> None:  # CORS preflight (an allowed origin; see _check_origin)
         self.set_status(204)
         self.finish()
 
+    def _check_host_and_origin(self) -> None:
+        """No access from other web pages unless allowed (CORS), and none
+        through a foreign host name (DNS rebinding) when bound to loopback."""
+        if self.ctx.loopback_only and not is_loopback_host(self.request.host or ""):
+            raise MnnEngineError("forbidden", f"Host {self.request.host!r} is not this server's loopback address")
+        origin = self.request.headers.get("Origin")
+        if origin is None or origin == f"{self.request.protocol}://{self.request.host}":
+            return  # not a browser's cross-origin request
+        allowed = self.ctx.cors_origins
+        if origin not in allowed and "*" not in allowed:
+            raise MnnEngineError("forbidden", f"web pages from {origin} may not use this server "
+                                              "(serve --cors-origin ORIGIN allows one)")
+        self.set_header("Access-Control-Allow-Origin", "*" if "*" in allowed else origin)
+        self.set_header("Vary", "Origin")
+        if self.request.method == "OPTIONS":
+            self.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type")
+            self.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+            self.set_header("Access-Control-Max-Age", "600")
+
     def prepare(self) -> None:
+        self._check_host_and_origin()
         if self.request.path.startswith("/v1/") and self.ctx.api_key and self.request.method != "OPTIONS":
             header = self.request.headers.get("Authorization", "")
             scheme, _, token = header.partition(" ")
@@ -123,6 +159,7 @@ class JsonHandler(tornado.web.RequestHandler):
 
 class NotFoundHandler(JsonHandler):
     def prepare(self) -> None:
+        super().prepare()
         raise MnnEngineError("not_found", f"no route {self.request.method} {self.request.path}")
 
 
@@ -208,9 +245,15 @@ class ChatCompletionsHandler(JsonHandler):
         except UnicodeDecodeError as exc:
             raise MnnEngineError("invalid_argument", f"the body is not valid UTF-8 (byte {exc.start})") from exc
         try:
-            return jsonutil.loads(text)
+            body = jsonutil.loads(text)
+        except RecursionError as exc:
+            raise MnnEngineError("invalid_argument", "the body is nested too deeply", param="body") from exc
         except ValueError as exc:
-            raise MnnEngineError("invalid_argument", f"the body is not valid JSON: {exc}") from exc
+            raise MnnEngineError("invalid_argument", f"the body is not valid JSON: {exc}", param="body") from exc
+        if jsonutil.depth(body, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+            raise MnnEngineError("invalid_argument", f"the body is nested more than {MAX_JSON_DEPTH} levels deep",
+                                 param="body")
+        return body
 
     async def post(self) -> None:
         if self.ctx.stopping:

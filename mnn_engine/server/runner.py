@@ -13,6 +13,7 @@ import logging
 import signal
 import socket
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ from tornado.netutil import bind_sockets
 
 from ..engine import Engine
 from ..errors import MnnEngineError
-from .app import DEFAULT_MAX_BODY_BYTES, ServerContext, make_app
+from .app import DEFAULT_MAX_BODY_BYTES, ServerContext, is_loopback_host, make_app
 
 log = logging.getLogger("mnn_engine.server")
 
@@ -44,7 +45,11 @@ _servers: dict[int, RunningServer] = {}
 _servers_lock = threading.Lock()
 
 
-def _bind(host: str, port: int) -> list[socket.socket]:
+def bind(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for ``host:port`` (port 0: any free port); ``port_in_use``
+    when it is taken."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise MnnEngineError("invalid_argument", f"port must be from 1 to 65535 (got {port!r})", param="port")
     try:
         return bind_sockets(port, address=host, reuse_port=False)
     except OSError as exc:
@@ -63,16 +68,24 @@ def _url(sockets: list[socket.socket], host: str) -> str:
 
 
 async def _start(engine: Engine, host: str, port: int, api_key: str | None, max_body_bytes: int,
-                 allow_file_urls: bool) -> RunningServer:
+                 allow_file_urls: bool, sockets: list[socket.socket] | None = None,
+                 cors_origins: Sequence[str] = ()) -> RunningServer:
+    if api_key is not None and not api_key.strip():
+        raise MnnEngineError("invalid_argument", "the API key is empty (None serves without authentication)",
+                             param="api_key")
+    if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1:
+        raise MnnEngineError("invalid_argument", f"max_body_bytes must be a positive integer (got {max_body_bytes!r})",
+                             param="max_body_bytes")
     engine.require_model_for_server()
     engine._server_transition("starting")
     try:
-        sockets = _bind(host, port)
+        sockets = sockets or bind(host, port)
     except MnnEngineError:
         engine._server_transition("stopped")
         raise
-    ctx = ServerContext(engine, api_key=api_key or None, max_body_bytes=max_body_bytes,
-                        allow_file_urls=allow_file_urls)
+    ctx = ServerContext(engine, api_key=api_key, max_body_bytes=max_body_bytes,
+                        allow_file_urls=allow_file_urls, cors_origins=tuple(cors_origins),
+                        loopback_only=is_loopback_host(host))
     http = HTTPServer(make_app(ctx), max_body_size=max_body_bytes + 1, idle_connection_timeout=120)
     http.add_sockets(sockets)
     url = _url(sockets, host)
@@ -103,11 +116,13 @@ async def _stop(server: RunningServer) -> None:
 # ---------------------------------------------------------------- foreground
 def serve_forever(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                   api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                  allow_file_urls: bool = False, on_ready: Any = None) -> None:
-    """Serve until SIGINT or SIGTERM, then stop the server and unload the model."""
+                  allow_file_urls: bool = False, on_ready: Any = None,
+                  sockets: list[socket.socket] | None = None, cors_origins: Sequence[str] = ()) -> None:
+    """Serve until SIGINT or SIGTERM, then stop the server and unload the
+    model. ``sockets``: already bound ones (``bind``), else host and port."""
 
     async def main() -> None:
-        server = await _start(engine, host, port, api_key, max_body_bytes, allow_file_urls)
+        server = await _start(engine, host, port, api_key, max_body_bytes, allow_file_urls, sockets, cors_origins)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(_stop(server)))
@@ -123,7 +138,7 @@ def serve_forever(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAU
 # ---------------------------------------------------------------- background
 def start_background_server(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                             api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                            allow_file_urls: bool = False) -> str:
+                            allow_file_urls: bool = False, cors_origins: Sequence[str] = ()) -> str:
     """Run the server on its own thread and event loop; returns its URL once
     it listens (or raises, e.g. ``port_in_use``)."""
     ready = threading.Event()
@@ -132,7 +147,8 @@ def start_background_server(engine: Engine, *, host: str = DEFAULT_HOST, port: i
     def run() -> None:
         async def main() -> None:
             try:
-                server = await _start(engine, host, port, api_key, max_body_bytes, allow_file_urls)
+                server = await _start(engine, host, port, api_key, max_body_bytes, allow_file_urls,
+                                      cors_origins=cors_origins)
             except BaseException as exc:
                 outcome["error"] = exc
                 ready.set()
