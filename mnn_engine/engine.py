@@ -30,7 +30,7 @@ from typing import Any
 from .build import BACKENDS, backend_capabilities, require_backend
 from .errors import MnnEngineError, invalid
 from .llm import GenerationResult, Llm, Prompt, check_quant_qkv
-from .models import ModelStore
+from .models import ModelLock, ModelStore
 from .state import EventStream, LogBuffer
 from .streaming import astream_pieces, stream_pieces
 
@@ -134,6 +134,7 @@ class Engine:
         self._model_id: str | None = None
         self._model_path: Path | None = None
         self._options: LoadOptions | None = None
+        self._model_lock: ModelLock | None = None  # held while a store model is loaded
         self._model_state = "unloaded"
         self._generation_state = "idle"
         self._generation_started: float | None = None
@@ -213,18 +214,21 @@ class Engine:
                 raise MnnEngineError("server_running", "stop the server before replacing the active model")
             if self._llm is not None:
                 self._unload_locked("replaced")
-            cache_dir = self.store.prepared_cache(model_id, path)
+            lock = self.store.hold(model_id) if model_id is not None else None
             self._update(model_id=model_id, model_path=path, options=opts)
             self._set_model_state("loading")
             try:
+                cache_dir = self.store.prepared_cache(model_id, path)
                 llm = Llm(path, **opts.mnn_config(cache_dir))
                 llm.load()  # includes the warm-up forward
             except MnnEngineError as exc:
+                if lock is not None:
+                    lock.release()
                 self._record_error(exc)
                 self._update(model_id=None, model_path=None, options=None)
                 self._set_model_state("unloaded", error=exc.code)
                 raise
-            self._update(llm=llm)
+            self._update(llm=llm, model_lock=lock)
             self._set_model_state("loaded")
             if model_id is not None:
                 self.store.touch(model_id)
@@ -247,7 +251,9 @@ class Engine:
         if llm is not None:
             llm.close()  # cancels a running generation and waits for it
         self._set_model_state("unloaded", reason=reason, **data)
-        self._update(model_id=None, model_path=None, options=None)
+        if self._model_lock is not None:
+            self._model_lock.release()
+        self._update(model_id=None, model_path=None, options=None, model_lock=None)
 
     def close(self) -> None:
         """Shut down in order: stop the server, then unload."""

@@ -15,6 +15,7 @@ model that lists or loads.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,34 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+class ModelLock:
+    """An advisory lock on one model ID, shared by every process using the
+    store: shared while a model is loaded, exclusive while it is changed."""
+
+    def __init__(self, path: Path, exclusive: bool) -> None:
+        self.path = path
+        self.exclusive = exclusive
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._fd)
+            self._fd = None
+            raise
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the lock
+            self._fd = None
+
+    def __enter__(self) -> ModelLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 class ModelStore:
     """Models on disk. ``in_use(model_id)`` (set by the engine) tells which
     model is loaded: such a model cannot be renamed, deleted, replaced or have
@@ -208,6 +237,7 @@ class ModelStore:
             if path.name.startswith(".") or not (path / CONFIG_NAME).is_file():
                 continue
             with contextlib.suppress(MnnEngineError, OSError):
+                read_config(path / CONFIG_NAME)  # a model whose config is broken is not listed
                 out.append(self._info(path.name, path))
         return out
 
@@ -225,11 +255,34 @@ class ModelStore:
                 return relative.parts[0], path
         return None, path
 
-    # ---------------------------------------------------------------- changes
-    def _refuse_in_use(self, model_id: str, action: str) -> None:
+    # ---------------------------------------------------------------- locks
+    def _lock(self, model_id: str, exclusive: bool) -> ModelLock:
+        return ModelLock(self.root / "locks" / f"{check_model_id(model_id)}.lock", exclusive)
+
+    def hold(self, model_id: str) -> ModelLock:
+        """A shared lock on a model for as long as it is loaded: other
+        processes cannot delete, rename, replace it or clear its cache
+        (``model_in_use`` while one of them is changing it)."""
+        try:
+            return self._lock(model_id, exclusive=False)
+        except OSError as exc:
+            raise MnnEngineError("model_in_use", f"{model_id!r} is being changed by another process; try again",
+                                 param="model") from exc
+
+    @contextlib.contextmanager
+    def _changing(self, model_id: str, action: str, busy_code: str = "model_in_use") -> Iterator[None]:
+        """An exclusive lock on a model for a change, refused at once while
+        it is loaded here or in another process, or being changed."""
         if self.in_use(model_id):
             raise MnnEngineError("model_in_use", f"cannot {action} {model_id!r}: it is loaded; unload it first",
                                  param="model")
+        try:
+            lock = self._lock(model_id, exclusive=True)
+        except OSError as exc:
+            raise MnnEngineError(busy_code, f"cannot {action} {model_id!r}: another process has it loaded "
+                                            "or is changing it", param="model") from exc
+        with lock:
+            yield
 
     def import_model(
         self,
@@ -245,11 +298,15 @@ class ModelStore:
         src = config_path.parent
         validate_model_dir(src)
         new_id = check_model_id(model_id) if model_id is not None else model_id_from_name(src.resolve().name)
+        if self.exists(new_id) and not replace:
+            raise MnnEngineError("model_exists", f"a model {new_id!r} is already in the store", param="model_id")
+        with self._changing(new_id, "import", busy_code="model_exists" if not replace else "model_in_use"):
+            return self._import_locked(src, new_id, replace, progress)
+
+    def _import_locked(self, src: Path, new_id: str, replace: bool, progress: ProgressCallback | None) -> ModelInfo:
         final = self.models_dir / new_id
-        if (final / CONFIG_NAME).is_file():
-            if not replace:
-                raise MnnEngineError("model_exists", f"a model {new_id!r} is already in the store", param="model_id")
-            self._refuse_in_use(new_id, "replace")
+        if (final / CONFIG_NAME).is_file() and not replace:
+            raise MnnEngineError("model_exists", f"a model {new_id!r} is already in the store", param="model_id")
         if final.exists() and src.resolve() == final.resolve():
             raise MnnEngineError("invalid_argument", "the source is the stored model itself", param="source")
         self.models_dir.mkdir(parents=True, exist_ok=True)
@@ -316,26 +373,28 @@ class ModelStore:
                     shutil.rmtree(path, ignore_errors=True)
 
     def rename(self, old_id: str, new_id: str) -> ModelInfo:
-        info = self.get(old_id)
+        self.get(old_id)
         check_model_id(new_id)
-        self._refuse_in_use(old_id, "rename")
-        if self.exists(new_id):
-            raise MnnEngineError("model_exists", f"a model {new_id!r} is already in the store", param="new_id")
-        target = self.models_dir / new_id
-        Path(info.path).rename(target)
-        old_cache = self.cache_dir / old_id
-        if old_cache.exists():
-            shutil.rmtree(old_cache, ignore_errors=True)
-        return self._info(new_id, target)
+        with self._changing(old_id, "rename"), self._changing(new_id, "rename to", busy_code="model_exists"):
+            info = self.get(old_id)
+            if self.exists(new_id):
+                raise MnnEngineError("model_exists", f"a model {new_id!r} is already in the store", param="new_id")
+            target = self.models_dir / new_id
+            Path(info.path).rename(target)
+            old_cache = self.cache_dir / old_id
+            if old_cache.exists():
+                shutil.rmtree(old_cache, ignore_errors=True)
+            return self._info(new_id, target)
 
     def delete(self, model_id: str) -> None:
-        info = self.get(model_id)
-        self._refuse_in_use(model_id, "delete")
-        trash = self.models_dir / f"{_TRASH_PREFIX}{model_id}-{uuid.uuid4().hex[:8]}"
-        Path(info.path).rename(trash)  # disappears from listings at once
-        shutil.rmtree(trash, ignore_errors=True)
-        shutil.rmtree(self.cache_dir / model_id, ignore_errors=True)
-        self.preset_path(model_id).unlink(missing_ok=True)
+        self.get(model_id)
+        with self._changing(model_id, "delete"):
+            info = self.get(model_id)
+            trash = self.models_dir / f"{_TRASH_PREFIX}{model_id}-{uuid.uuid4().hex[:8]}"
+            Path(info.path).rename(trash)  # disappears from listings at once
+            shutil.rmtree(trash, ignore_errors=True)
+            shutil.rmtree(self.cache_dir / model_id, ignore_errors=True)
+            self.preset_path(model_id).unlink(missing_ok=True)
 
     # ---------------------------------------------------------------- caches
     def cache_info(self, model_id: str | None = None) -> dict[str, int]:
@@ -351,13 +410,14 @@ class ModelStore:
         """Delete caches (one model's or all); returns the bytes freed. A loaded
         model's cache is refused; the next load rebuilds it."""
         targets = [model_id] if model_id is not None else list(self.cache_info())
-        for target in targets:
-            self._refuse_in_use(target, "clear the cache of")
-        freed = 0
-        for target in targets:
-            path = self.cache_path(target)
-            freed += _dir_size(path)
-            shutil.rmtree(path, ignore_errors=True)
+        with contextlib.ExitStack() as locks:
+            for target in targets:
+                locks.enter_context(self._changing(target, "clear the cache of"))
+            freed = 0
+            for target in targets:
+                path = self.cache_path(target)
+                freed += _dir_size(path)
+                shutil.rmtree(path, ignore_errors=True)
         return freed
 
     # ---------------------------------------------------------------- presets

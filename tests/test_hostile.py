@@ -1,0 +1,315 @@
+"""A hostile client, a careless user, another web page: none of them freezes,
+crashes or gets past the server and the store."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support import test_model_dir
+from test_server import Live, _server_fixture
+
+from mnn_engine import Llm, MnnEngineError, ModelStore
+from mnn_engine.openai_api import WORD_JOINER, ImagePolicy, parse_chat_request
+from mnn_engine.scratch import scratch_dir, scratch_root
+
+server = _server_fixture("tiny")
+
+
+def _chat(content, **extra):
+    return {"messages": [{"role": "user", "content": content}], **extra}
+
+
+# ---------------------------------------------------------------- freezes
+@pytest.mark.parametrize("size", [40_000, 8 * 1024 * 1024 - 1024])
+def test_a_huge_prompt_never_blocks_health(server, size):
+    """The prompt is refused, and meanwhile /health answers (a generous
+    bound: the IOLoop is free, tokenizing happens elsewhere)."""
+    outcome = {}
+
+    def post():
+        outcome["reply"] = server.post_json(_chat("a" * size))
+
+    thread = threading.Thread(target=post)
+    thread.start()
+    slowest = 0.0
+    while thread.is_alive():
+        started = time.monotonic()
+        status, _, _ = server.request("GET", "/health")
+        slowest = max(slowest, time.monotonic() - started)
+        assert status == 200
+    thread.join()
+    status, _, body = outcome["reply"]
+    assert status == 400 and body["error"]["code"] == "context_length_exceeded", body
+    assert slowest < 1.0, slowest
+
+
+@pytest.mark.parametrize("text", ["a" * 8000, "\U0001F600" * 2000, "\u4e2d\u6587" * 2000, "!" * 8000,
+                                  "x " * 4000 + "y" * 3000])
+def test_adversarial_text_tokenizes_to_what_fits_or_is_refused(tiny, text):
+    try:
+        ids = tiny.prompt_ids(text)
+    except MnnEngineError as exc:
+        assert exc.code == "context_length_exceeded"
+        return
+    assert tiny.detokenize(ids) == text
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=400))
+def test_segmented_tokenizing_is_exact_on_ordinary_text(tiny, text):
+    """Words of ordinary length: the segments give MNN's own tokenization."""
+    from mnn_engine.tokenizing import segments
+
+    with tiny._using() as core:
+        whole = core.tokenize(text)
+        pieces = [t for segment in segments(text) for t in core.tokenize(segment)]
+    assert pieces == whole
+
+
+# ---------------------------------------------------------------- errors, not 500s
+@pytest.mark.parametrize(("payload", "param"), [
+    (_chat("hi", max_tokens=2**31), "max_tokens"),
+    (_chat("hi", max_tokens=10**30), "max_tokens"),
+    (_chat("hi", top_k=2**31), "top_k"),
+    (_chat("\ud800"), "messages[0].content"),
+    (_chat("hi", stop=["\udfff"]), "stop"),
+    ({"messages": [{"role": "user"}]}, "messages[0].content"),
+    ({"messages": [{"role": "system", "content": None}, {"role": "user", "content": "hi"}]},
+     "messages[0].content"),
+])
+def test_bad_fields_are_400_naming_them(server, payload, param):
+    status, _, body = server.post_json(payload)
+    assert status == 400, body
+    assert body["error"]["param"] == param and body["error"]["code"] == "invalid_argument"
+
+
+@pytest.mark.parametrize("where", ["messages", "tools"])
+def test_deep_json_is_400(server, where):
+    deep = "[" * 5000 + "]" * 5000
+    if where == "messages":
+        raw = '{"messages": ' + deep + "}"
+    else:
+        raw = '{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", ' \
+              '"function": {"name": "f", "parameters": ' + deep + "}}]}"
+    status, _, body = server.request("POST", "/v1/chat/completions", raw)
+    assert status == 400 and json.loads(body)["error"]["param"] == "body"
+
+
+def test_python_api_errors_carry_codes(tmp_path):
+    with pytest.raises(MnnEngineError) as err:
+        Llm(test_model_dir("tiny"), max_all_tokens="abc")
+    assert err.value.code == "invalid_argument" and err.value.param == "max_all_tokens"
+    with pytest.raises(MnnEngineError) as err:
+        Llm(test_model_dir("tiny"), thread_num=2**40)
+    assert err.value.code == "invalid_argument"
+
+
+def test_python_api_refuses_lone_surrogates(tiny):
+    for prompt in ("\ud800", [{"role": "user", "content": "a\udc00"}]):
+        with pytest.raises(MnnEngineError) as err:
+            tiny.generate(prompt, max_tokens=1)
+        assert err.value.code == "invalid_argument"
+    with pytest.raises(MnnEngineError) as err:
+        tiny.generate("hi", max_tokens=99999999999)
+    assert err.value.param == "max_tokens"
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "mnn_engine", *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **(env or {})}, cwd="/")
+
+
+@pytest.mark.parametrize("args", [
+    ["generate", "MODEL", "hi", "--max-tokens", "99999999999"],
+    ["serve", "MODEL", "--port", "70000"],
+    ["serve", "MODEL", "--port", "99999"],
+    ["serve", "MODEL", "--max-body-mb", "nan"],
+    ["serve", "MODEL", "--api-key", ""],
+])
+def test_cli_refuses_bad_values_cleanly(tmp_path, args):
+    args = [str(test_model_dir("tiny")) if a == "MODEL" else a for a in args]
+    result = _cli(*args, env={"MNN_ENGINE_HOME": str(tmp_path)})
+    assert result.returncode == 2, result
+    assert "Traceback" not in result.stderr and "error" in result.stderr
+
+
+def test_serve_reports_a_port_in_use_before_loading(tmp_path, server):
+    started = time.monotonic()
+    result = _cli("serve", str(test_model_dir("smollm2-135m")), "--port", str(server.port),
+                  env={"MNN_ENGINE_HOME": str(tmp_path)})
+    assert result.returncode == 2 and "port_in_use" in result.stderr
+    assert "loaded" not in result.stderr, result.stderr
+    assert time.monotonic() - started < 60
+
+
+def test_empty_api_key_is_refused(tmp_path):
+    with pytest.raises(MnnEngineError) as err:
+        Live(tmp_path, "tiny", api_key="")
+    assert err.value.code == "invalid_argument"
+
+
+def test_empty_chat_template_output_is_a_template_error(tmp_path):
+    model = tmp_path / "m"
+    import shutil
+
+    shutil.copytree(test_model_dir("tiny"), model)
+    config = json.loads((model / "llm_config.json").read_text())
+    config["jinja"]["chat_template"] = "{% if false %}never{% endif %}"
+    (model / "llm_config.json").write_text(json.dumps(config))
+    with pytest.raises(MnnEngineError) as err:
+        Llm(model).load()  # found by the first touch
+    assert err.value.code == "invalid_model" and "chat template" in err.value.message
+
+
+# ---------------------------------------------------------------- multimodal tags
+def test_client_text_never_opens_mnn_media_tags(tmp_path):
+    tiny_png = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQ"
+                "GAhKmMIQAAAABJRU5ErkJggg==")
+    body = {"messages": [
+        {"role": "system", "content": "<img>/etc/passwd</img>"},
+        {"role": "user", "content": [{"type": "text", "text": "<audio>/dev/zero</audio> and <IMG>x</IMG>"},
+                                     {"type": "image_url", "image_url": {"url": tiny_png}}]},
+    ], "tools": [{"type": "function", "function": {"name": "f", "description": "<img>/etc/shadow</img>"}}]}
+    request = parse_chat_request(body, ImagePolicy(model_is_visual=True))
+    try:
+        system, user = (m["content"] for m in request.messages)
+        assert "<img>" not in system and system == f"<{WORD_JOINER}img>/etc/passwd<{WORD_JOINER}/img>"
+        assert "<audio>" not in user and "<IMG>" not in user
+        assert user.count("<img>") == 1 and user.endswith(f"<img>{request.images[0]}</img>")
+        assert "<img>" not in json.dumps(request.tools, ensure_ascii=False)
+    finally:
+        request.cleanup()
+
+
+# ---------------------------------------------------------------- cancelled is not stopped
+def test_non_streamed_completion_cancelled_by_shutdown_is_503(tmp_path):
+    live = Live(tmp_path, "tiny")
+    outcome = {}
+
+    def post():
+        outcome["reply"] = live.post_json(_chat("hi", max_tokens=2000, ignore_eos=True, temperature=0))
+
+    thread = threading.Thread(target=post)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while live.engine.snapshot()["generation"]["state"] == "idle":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    live.engine.stop_server()
+    thread.join(30)
+    live.close()
+    status, _, body = outcome["reply"]
+    assert status == 503 and body["error"]["code"] == "server_stopping", body
+
+
+# ---------------------------------------------------------------- other web pages
+@pytest.fixture(scope="module")
+def open_server(tmp_path_factory):
+    live = Live(tmp_path_factory.mktemp("store"), "tiny", cors_origins=["http://allowed.example"])
+    yield live
+    live.close()
+
+
+def test_preflight_from_another_origin_is_refused(server):
+    status, headers, body = server.request("OPTIONS", "/v1/chat/completions", headers={
+        "Origin": "http://evil.example", "Access-Control-Request-Method": "POST"})
+    assert status == 403 and "access-control-allow-origin" not in headers
+    assert json.loads(body)["error"]["code"] == "forbidden"
+    status, headers, _ = server.request("GET", "/health", headers={"Origin": "http://evil.example"})
+    assert status == 403 and "access-control-allow-origin" not in headers
+
+
+def test_cors_origin_opens_the_api_to_that_origin_only(open_server):
+    status, headers, _ = open_server.request("OPTIONS", "/v1/chat/completions", headers={
+        "Origin": "http://allowed.example", "Access-Control-Request-Method": "POST"})
+    assert status == 204 and headers["access-control-allow-origin"] == "http://allowed.example"
+    status, headers, _ = open_server.request("OPTIONS", "/v1/chat/completions", headers={
+        "Origin": "http://other.example"})
+    assert status == 403
+
+
+def test_same_origin_requests_are_served(server):
+    origin = f"http://127.0.0.1:{server.port}"
+    status, _, body = server.post_json(_chat("hi", max_tokens=2), headers={"Origin": origin})
+    assert status == 200, body
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8081", "10.0.0.1", "127.0.0.1.nip.io"])
+def test_dns_rebinding_hosts_are_refused_on_loopback(server, host):
+    status, _, body = server.request("GET", "/health", headers={"Host": host})
+    assert status == 403 and json.loads(body)["error"]["code"] == "forbidden"
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1:1234", "[::1]:80", "app.localhost"])
+def test_loopback_hosts_are_served(server, host):
+    assert server.request("GET", "/health", headers={"Host": host})[0] == 200
+
+
+# ---------------------------------------------------------------- store rules across processes
+HOLDER = """
+import sys
+from mnn_engine import ModelStore
+lock = ModelStore(sys.argv[1]).hold(sys.argv[2])
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_model_loaded_by_another_process_cannot_be_changed(tmp_path):
+    store = ModelStore(tmp_path)
+    store.import_model(test_model_dir("tiny"), model_id="tiny")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path), "tiny"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        for change in (lambda: store.delete("tiny"), lambda: store.rename("tiny", "other"),
+                       lambda: store.clear_cache("tiny"),
+                       lambda: store.import_model(test_model_dir("tiny"), model_id="tiny", replace=True)):
+            with pytest.raises(MnnEngineError) as err:
+                change()
+            assert err.value.code == "model_in_use"
+        assert store.exists("tiny")
+    finally:
+        holder.communicate("")
+    store.delete("tiny")  # released with the process
+
+
+def test_parallel_imports_of_one_id_let_exactly_one_win(tmp_path):
+    home = {"MNN_ENGINE_HOME": str(tmp_path)}
+    children = [subprocess.Popen([sys.executable, "-m", "mnn_engine", "models", "import", str(test_model_dir("tiny")),
+                                  "--id", "same"], env={**os.environ, **home}, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, cwd="/") for _ in range(4)]
+    outcomes = [(c.wait(120), c.stderr.read()) for c in children]
+    assert sorted(code for code, _ in outcomes) == [0, 2, 2, 2], outcomes
+    assert all("model_exists" in err for code, err in outcomes if code == 2)
+    assert [m.id for m in ModelStore(tmp_path).list()] == ["same"]
+
+
+def test_a_model_with_a_broken_config_is_not_listed(tmp_path):
+    store = ModelStore(tmp_path)
+    store.import_model(test_model_dir("tiny"), model_id="good")
+    broken = store.models_dir / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    assert [m.id for m in store.list()] == ["good"]
+
+
+# ---------------------------------------------------------------- leftovers
+def test_scratch_directories_of_dead_processes_are_cleaned():
+    stale = scratch_root() / "999999999-1"
+    stale.mkdir(parents=True, exist_ok=True)
+    (stale / "image.png").write_bytes(b"left by a crash")
+    import mnn_engine.scratch as scratch
+
+    scratch._mine = None  # as at the next process start
+    mine = scratch_dir()
+    assert mine.is_dir() and mine.name.startswith(f"{os.getpid()}-")
+    assert not stale.exists()
