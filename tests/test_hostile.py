@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -313,3 +314,58 @@ def test_scratch_directories_of_dead_processes_are_cleaned():
     mine = scratch_dir()
     assert mine.is_dir() and mine.name.startswith(f"{os.getpid()}-")
     assert not stale.exists()
+
+
+# ---------------------------------------------------------------- descriptors run out
+SERVE_LOW_FDS = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+from mnn_engine.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_running_out_of_descriptors_neither_spins_nor_floods_the_log(tmp_path):
+    import socket
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    log = open(tmp_path / "serve.log", "w+")  # noqa: SIM115 (the child writes it; closed below)
+    child = subprocess.Popen([sys.executable, "-c", SERVE_LOW_FDS, "serve", str(test_model_dir("tiny")),
+                              "--port", str(port), "--threads", "1"], stdout=log, stderr=log, cwd="/",
+                             env={**os.environ, "MNN_ENGINE_HOME": str(tmp_path)})
+    conns = []
+    try:
+        deadline = time.monotonic() + 120
+        while "serving" not in (tmp_path / "serve.log").read_text():
+            assert child.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+            time.sleep(0.1)
+        for _ in range(80):  # idle connections: more than the process has descriptors for
+            conns.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        time.sleep(0.5)
+        before = _cpu_seconds(child.pid)
+        time.sleep(3)
+        spent = _cpu_seconds(child.pid) - before
+        assert spent < 0.5, f"the server used {spent:.2f} s of CPU in 3 s while out of descriptors"
+        for conn in conns:
+            conn.close()
+        conns.clear()
+        time.sleep(1)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:  # serving again
+            conn.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            assert conn.recv(100).startswith(b"HTTP/1.1 200")
+    finally:
+        for conn in conns:
+            conn.close()
+        child.terminate()
+        child.wait(30)
+        log.close()
+    text = (tmp_path / "serve.log").read_text()
+    assert text.count("Traceback") == 0 and len(text.splitlines()) < 40, text[-3000:]

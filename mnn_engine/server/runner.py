@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import resource
 import signal
 import socket
 import threading
@@ -29,6 +30,9 @@ log = logging.getLogger("mnn_engine.server")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8081
 STOP_GRACE_SECONDS = 10.0
+MAX_CONNECTIONS = 256
+FDS_KEPT_FREE = 24  # for the model's files, logs, the scratch directory, the first-touch child
+ACCEPT_PAUSE_SECONDS = 0.5
 
 
 @dataclass
@@ -37,8 +41,81 @@ class RunningServer:
     http: HTTPServer
     url: str
     loop: asyncio.AbstractEventLoop
+    listeners: list[Listener]
     thread: threading.Thread | None = None
     stopped: asyncio.Event | None = None
+
+
+def connection_limit() -> int:
+    """Connections served at once: what the process's file limit leaves room for."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 4096
+    return max(8, min(MAX_CONNECTIONS, soft - FDS_KEPT_FREE))
+
+
+class Listener:
+    """Accepts connections on one listening socket for the HTTP server.
+
+    Tornado's own accept loop raises on EMFILE and the IOLoop then retries
+    at once, forever (98 % CPU and a traceback per try). Here, when the
+    process is out of file descriptors, accepting pauses for a moment and
+    the condition is logged once; connections beyond ``limit`` are closed at
+    once (the client sees a reset) rather than exhausting descriptors."""
+
+    def __init__(self, sock: socket.socket, http: HTTPServer, limit: int) -> None:
+        self.sock, self.http, self.limit = sock, http, limit
+        self.loop = asyncio.get_running_loop()
+        self.paused = False
+        self.refused = 0
+        sock.setblocking(False)
+        self.loop.add_reader(sock.fileno(), self._accept)
+
+    def _open_connections(self) -> int:
+        return len(getattr(self.http, "_connections", ()))
+
+    def _accept(self) -> None:
+        for _ in range(64):
+            try:
+                conn, address = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._pause(exc)
+                    return
+                raise
+            if self.paused:
+                self.paused = False
+                log.warning("accepting connections again (%d refused over the limit meanwhile)", self.refused)
+            if self._open_connections() >= self.limit:
+                if self.refused == 0:
+                    log.warning("%d connections are open, the most this process serves; closing new ones",
+                                self.limit)
+                self.refused += 1
+                conn.close()
+                continue
+            self.refused = 0
+            self.http._handle_connection(conn, address)  # what Tornado's own accept loop calls
+
+    def _pause(self, exc: OSError) -> None:
+        if not self.paused:
+            log.error("out of file descriptors (%s): pausing accepts; %d connections open", exc.strerror,
+                      self._open_connections())
+        self.paused = True
+        self.loop.remove_reader(self.sock.fileno())
+        self.loop.call_later(ACCEPT_PAUSE_SECONDS, self._resume)
+
+    def _resume(self) -> None:
+        if self.sock.fileno() >= 0:
+            self.loop.add_reader(self.sock.fileno(), self._accept)
+
+    def close(self) -> None:
+        if self.sock.fileno() >= 0:
+            self.loop.remove_reader(self.sock.fileno())
+            self.sock.close()
 
 
 _servers: dict[int, RunningServer] = {}
@@ -87,11 +164,12 @@ async def _start(engine: Engine, host: str, port: int, api_key: str | None, max_
                         allow_file_urls=allow_file_urls, cors_origins=tuple(cors_origins),
                         loopback_only=is_loopback_host(host))
     http = HTTPServer(make_app(ctx), max_body_size=max_body_bytes + 1, idle_connection_timeout=120)
-    http.add_sockets(sockets)
+    limit = connection_limit()
+    listeners = [Listener(sock, http, limit) for sock in sockets]
     url = _url(sockets, host)
     engine._server_transition("running", url)
     log.info("serving %s at %s", engine.active_model_id or "a model", url)
-    return RunningServer(ctx, http, url, asyncio.get_running_loop(), stopped=asyncio.Event())
+    return RunningServer(ctx, http, url, asyncio.get_running_loop(), listeners, stopped=asyncio.Event())
 
 
 async def _stop(server: RunningServer) -> None:
@@ -105,7 +183,8 @@ async def _stop(server: RunningServer) -> None:
     deadline = asyncio.get_running_loop().time() + STOP_GRACE_SECONDS
     while ctx.active and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.01)
-    server.http.stop()
+    for listener in server.listeners:
+        listener.close()
     await server.http.close_all_connections()
     ctx.engine._server_transition("stopped")
     log.info("server stopped")
