@@ -3,6 +3,7 @@ crashes or gets past the server and the store."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -369,3 +370,53 @@ def test_running_out_of_descriptors_neither_spins_nor_floods_the_log(tmp_path):
         log.close()
     text = (tmp_path / "serve.log").read_text()
     assert text.count("Traceback") == 0 and len(text.splitlines()) < 40, text[-3000:]
+
+
+# ---------------------------------------------------------------- transport-level errors
+def _raw(server, data: bytes) -> bytes:
+    import socket
+
+    with socket.create_connection((server.host, server.port), timeout=10) as conn:
+        conn.sendall(data)
+        chunks = []
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := conn.recv(65536):
+                chunks.append(chunk)
+        return b"".join(chunks)
+
+
+POST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" \
+       b"Connection: close\r\n"
+
+
+@pytest.fixture(scope="module")
+def small_body_server(tmp_path_factory):
+    live = Live(tmp_path_factory.mktemp("store"), "tiny", max_body_bytes=1000)
+    yield live
+    live.close()
+
+
+def test_chunked_body_over_the_limit_is_413_json(small_body_server):
+    body = json.dumps(_chat("a" * 1400)).encode()
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 100]), body[i:i + 100]) for i in range(0, len(body), 100))
+    reply = _raw(small_body_server, POST + b"Transfer-Encoding: chunked\r\n\r\n" + chunked + b"0\r\n\r\n")
+    head, _, payload = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413")
+    assert json.loads(payload)["error"]["code"] == "payload_too_large"
+
+
+@pytest.mark.parametrize("request_bytes", [
+    POST + b"Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",  # malformed chunk size
+    POST + b"Content-Length: abc\r\n\r\n{}",  # not an integer
+    POST + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % 5000 + b"a" * 5000 + b"\r\n0\r\n\r\n",  # > 2x limit
+])
+def test_malformed_transport_gets_tornados_bare_400(small_body_server, request_bytes):
+    """Tornado answers these itself, before any handler (docs/reliability.md)."""
+    assert _raw(small_body_server, request_bytes).startswith(b"HTTP/1.1 400")
+    assert small_body_server.request("GET", "/health")[0] == 200
+
+
+def test_headers_over_64_kib_close_the_connection(small_body_server):
+    reply = _raw(small_body_server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n")
+    assert reply == b""
+    assert small_body_server.request("GET", "/health")[0] == 200

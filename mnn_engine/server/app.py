@@ -138,6 +138,8 @@ class JsonHandler(tornado.web.RequestHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, StreamClosedError) or self.request.connection.stream.closed():
+            return  # the client is gone (or its request was malformed): nobody to answer
         if isinstance(exc, MnnEngineError):
             self.send_engine_error(exc)
             return
@@ -152,7 +154,7 @@ class JsonHandler(tornado.web.RequestHandler):
         self.send_json(error_body(code, message), status_code)
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
-        if isinstance(value, (MnnEngineError, tornado.web.HTTPError)):
+        if isinstance(value, (MnnEngineError, tornado.web.HTTPError, StreamClosedError)):
             return  # answered as JSON; nothing went wrong inside
         super().log_exception(typ, value, tb)
 
@@ -222,14 +224,15 @@ class ChatCompletionsHandler(JsonHandler):
         length = self.request.headers.get("Content-Length")
         if length is not None and length.isdigit() and int(length) > self.ctx.max_body_bytes:
             raise self._too_large_error()
-        self.request.connection.set_max_body_size(self.ctx.max_body_bytes + 1)
+        # Tornado cuts a body off at its own limit with a bare 400; ours comes first
+        self.request.connection.set_max_body_size(2 * self.ctx.max_body_bytes + 1)
 
     def _too_large_error(self) -> MnnEngineError:
         return MnnEngineError("payload_too_large", f"the request body is larger than {self.ctx.max_body_bytes} bytes")
 
     def data_received(self, chunk: bytes) -> None:
-        if len(self._body) + len(chunk) > self.ctx.max_body_bytes:
-            self._too_large = True
+        if self._too_large or len(self._body) + len(chunk) > self.ctx.max_body_bytes:
+            self._too_large = True  # a chunked body: refused (413) once it has been read
             return
         self._body.extend(chunk)
 

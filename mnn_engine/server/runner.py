@@ -163,7 +163,7 @@ async def _start(engine: Engine, host: str, port: int, api_key: str | None, max_
     ctx = ServerContext(engine, api_key=api_key, max_body_bytes=max_body_bytes,
                         allow_file_urls=allow_file_urls, cors_origins=tuple(cors_origins),
                         loopback_only=is_loopback_host(host))
-    http = HTTPServer(make_app(ctx), max_body_size=max_body_bytes + 1, idle_connection_timeout=120)
+    http = HTTPServer(make_app(ctx), max_body_size=2 * max_body_bytes + 1, idle_connection_timeout=120)
     limit = connection_limit()
     listeners = [Listener(sock, http, limit) for sock in sockets]
     url = _url(sockets, host)
