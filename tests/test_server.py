@@ -300,11 +300,13 @@ def _start_long_stream(live: Live) -> tuple[socket.socket, bytes]:
     """Open a streaming request for a long answer; return the socket once tokens flow."""
     body = json.dumps({"messages": CHAT, "stream": True, "max_tokens": 100000, "temperature": 0}).encode()
     sock = socket.create_connection((live.host, live.port), timeout=30)
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
     received = b""
     while received.count(b"data: ") < 5:
-        received += sock.recv(65536)
+        chunk = sock.recv(65536)
+        assert chunk, received  # the server answered and closed instead of streaming
+        received += chunk
     return sock, received
 
 
