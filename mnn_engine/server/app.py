@@ -39,6 +39,7 @@ from ..openai_api import (
     prompt_opens_thinking,
 )
 from ..streaming import astream_pieces
+from .openapi import openapi_spec
 
 log = logging.getLogger("mnn_engine.server")
 
@@ -201,6 +202,11 @@ class HealthHandler(JsonHandler):
             "generation": snap["generation"],
             "last_error": snap["last_error"],
         })
+
+
+class OpenApiHandler(JsonHandler):
+    def get(self) -> None:
+        self.send_json(openapi_spec())
 
 
 class ModelsHandler(JsonHandler):
@@ -390,6 +396,7 @@ def make_app(ctx: ServerContext) -> tornado.web.Application:
     handlers: list[Any] = [
         (r"/", IndexHandler, {"ctx": ctx}),
         (r"/health", HealthHandler, {"ctx": ctx}),
+        (r"/openapi.json", OpenApiHandler, {"ctx": ctx}),
         (r"/v1/models", ModelsHandler, {"ctx": ctx}),
         (r"/v1/chat/completions", ChatCompletionsHandler, {"ctx": ctx}),
     ]

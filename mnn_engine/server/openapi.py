@@ -1,0 +1,125 @@
+"""The OpenAPI description of the HTTP API, served at ``/openapi.json``.
+
+A test keeps it in step with the routes of ``app.make_app`` and fuzzes the
+server against it (schemathesis): every answer must be one of the statuses
+documented here, and none a 5xx.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import __version__
+from ..errors import ERROR_CODES
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+_NUMBER = {"type": "number"}
+_INTEGER = {"type": "integer"}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    out = {}
+    for status in statuses:
+        codes = sorted(code for code, kind in ERROR_CODES.items() if kind.http_status == status)
+        out[str(status)] = {"description": "error: " + ", ".join(codes),
+                            "content": {"application/json": {"schema": _ERROR}}}
+    return out
+
+
+#: Statuses every route may answer before its handler runs: another web
+#: page's origin or a foreign Host (403); Tornado's own bare 400 for a
+#: malformed request is outside the API.
+_COMMON = (403,)
+
+_MESSAGE = {
+    "type": "object",
+    "required": ["role"],
+    "properties": {
+        "role": {"type": "string", "enum": ["system", "developer", "user", "assistant", "tool"]},
+        "content": {"oneOf": [
+            {"type": "string"},
+            {"type": "null"},
+            {"type": "array", "items": {"type": "object", "required": ["type"], "properties": {
+                "type": {"type": "string", "enum": ["text", "image_url"]},
+                "text": {"type": "string"},
+                "image_url": {"oneOf": [{"type": "string"}, {"type": "object", "properties": {
+                    "url": {"type": "string"}}}]},
+            }}},
+        ]},
+        "name": {"type": "string"},
+        "tool_calls": {"type": "array", "items": {"type": "object"}},
+        "tool_call_id": {"type": "string"},
+    },
+}
+
+_CHAT_REQUEST = {
+    "type": "object",
+    "required": ["messages"],
+    "properties": {
+        "model": {"type": "string", "description": "ignored: the active model answers"},
+        "messages": {"type": "array", "minItems": 1, "items": _MESSAGE},
+        "stream": {"type": "boolean"},
+        "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
+        "max_tokens": {**_INTEGER, "description": "-1: until an end token or the context limit"},
+        "max_completion_tokens": _INTEGER,
+        "n_predict": _INTEGER,
+        "n": {"type": "integer", "enum": [1]},
+        "temperature": {**_NUMBER, "minimum": 0},
+        "top_p": {**_NUMBER, "minimum": 0, "exclusiveMinimum": True, "maximum": 1},
+        "top_k": {**_INTEGER, "minimum": 0},
+        "min_p": {**_NUMBER, "minimum": 0, "maximum": 1},
+        "presence_penalty": {**_NUMBER, "minimum": -2, "maximum": 2},
+        "frequency_penalty": {**_NUMBER, "minimum": -2, "maximum": 2},
+        "repetition_penalty": {**_NUMBER, "minimum": 0, "exclusiveMinimum": True},
+        "seed": _INTEGER,
+        "logit_bias": {"type": "object", "additionalProperties": _NUMBER},
+        "stop": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "maxItems": 16}]},
+        "logprobs": {"type": "boolean"},
+        "top_logprobs": {**_INTEGER, "minimum": 0, "maximum": 20},
+        "ignore_eos": {"type": "boolean"},
+        "tools": {"type": "array", "items": {"type": "object"}},
+        "tool_choice": {"oneOf": [{"type": "string", "enum": ["auto", "none", "required"]}, {"type": "object"}]},
+        "response_format": {"type": "object", "properties": {"type": {"type": "string", "enum": ["text"]}}},
+        "reasoning_effort": {"type": "string", "enum": ["none", "minimal", "low", "medium", "high"]},
+        "chat_template_kwargs": {"type": "object", "properties": {"enable_thinking": {"type": "boolean"}}},
+    },
+}
+
+
+def openapi_spec() -> dict[str, Any]:
+    """The OpenAPI 3.0 document of this server's routes."""
+    json_ok = {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "mnn-engine", "version": __version__,
+                 "description": "An MNN model on the device as an OpenAI-compatible HTTP API."},
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {"Error": {"type": "object", "required": ["error"], "properties": {"error": {
+                "type": "object", "required": ["message", "type", "code"],
+                "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                               "param": {"type": "string", "nullable": True},
+                               "code": {"type": "string", "enum": sorted(ERROR_CODES)}}}}}},
+        },
+        "paths": {
+            "/": {"get": {"summary": "the built-in chat test page", "responses": {
+                "200": {"description": "HTML", "content": {"text/html": {"schema": {"type": "string"}}}},
+                **_errors(*_COMMON)}}},
+            "/health": {"get": {"summary": "engine, model, server and generation state",
+                                "responses": {"200": json_ok, **_errors(*_COMMON)}}},
+            "/openapi.json": {"get": {"summary": "this document", "responses": {"200": json_ok, **_errors(*_COMMON)}}},
+            "/v1/models": {"get": {"summary": "the active model", "security": [{"bearer": []}, {}],
+                                   "responses": {"200": json_ok, **_errors(401, *_COMMON)}}},
+            "/v1/chat/completions": {"post": {
+                "summary": "a chat completion, streamed (text/event-stream) or not",
+                "security": [{"bearer": []}, {}],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": _CHAT_REQUEST}}},
+                "responses": {
+                    "200": {"description": "the completion (JSON), or its chunks (SSE) when stream is true",
+                            "content": {"application/json": {"schema": {"type": "object"}},
+                                        "text/event-stream": {"schema": {"type": "string"}}}},
+                    **_errors(400, 401, 413, 415, 422, 429, 500, 503, *_COMMON),
+                },
+            }},
+        },
+    }

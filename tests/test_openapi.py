@@ -1,0 +1,92 @@
+"""/openapi.json matches the routes, and the server, fuzzed against it, answers
+only documented statuses and never a 5xx (schemathesis)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from test_server import KEY, Live
+
+from mnn_engine.server.app import ServerContext, make_app
+from mnn_engine.server.openapi import openapi_spec
+
+schemathesis = pytest.importorskip("schemathesis")
+from schemathesis.checks import (  # noqa: E402
+    content_type_conformance,
+    not_a_server_error,
+    status_code_conformance,
+)
+from schemathesis.generation import GenerationMode  # noqa: E402
+
+#: Keeps each fuzzed generation short: the fuzzer is after the parser, not the model.
+MAX_FUZZ_TOKENS = 8
+
+
+def _route_paths() -> set[str]:
+    app = make_app(ServerContext(engine=None))  # type: ignore[arg-type]
+    paths = set()
+    for rule in app.default_router.rules[0].target.rules:
+        paths.add(rule.matcher.regex.pattern.rstrip("$").replace("\\", ""))
+    return paths
+
+
+def test_spec_documents_exactly_the_routes():
+    assert set(openapi_spec()["paths"]) == _route_paths()
+
+
+def test_spec_is_served(api):
+    status, _, body = api.request("GET", "/openapi.json")
+    assert status == 200 and json.loads(body) == json.loads(json.dumps(openapi_spec()))
+
+
+def test_every_error_code_of_the_chat_route_is_documented():
+    responses = openapi_spec()["paths"]["/v1/chat/completions"]["post"]["responses"]
+    described = " ".join(r["description"] for r in responses.values())
+    for code in ("invalid_argument", "context_length_exceeded", "busy", "unauthorized", "forbidden",
+                 "payload_too_large", "unsupported_media_type", "server_stopping"):
+        assert re.search(rf"\b{code}\b", described), code
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory):
+    live = Live(tmp_path_factory.mktemp("store"), "tiny", api_key=KEY)
+    yield live
+    live.close()
+
+
+OPERATIONS = [result.ok() for result in schemathesis.openapi.from_dict(openapi_spec()).get_all_operations()]
+
+
+def _bounded(case) -> None:
+    """Short generations: the fuzzer is after the request parser, not the model."""
+    if isinstance(case.body, dict):
+        for name in ("max_tokens", "max_completion_tokens", "n_predict"):
+            value = case.body.get(name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                case.body[name] = min(value, MAX_FUZZ_TOKENS) or 1
+        case.body.pop("ignore_eos", None)
+        case.body.setdefault("max_tokens", MAX_FUZZ_TOKENS)
+
+
+#: every route with schema-valid requests; the one that takes a body also with schema-breaking ones
+FUZZ = [(op, GenerationMode.POSITIVE) for op in OPERATIONS] + [
+    (op, GenerationMode.NEGATIVE) for op in OPERATIONS if op.method == "post"]
+
+
+@pytest.mark.parametrize(("operation", "mode"), FUZZ, ids=lambda x: getattr(x, "label", getattr(x, "value", "")))
+def test_fuzzed_requests_get_documented_answers(api, operation, mode):
+    examples = 60 if operation.method == "post" else 10
+
+    @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(case=operation.as_strategy(generation_mode=mode))
+    def check(case):
+        _bounded(case)
+        headers = {"Authorization": f"Bearer {KEY}"} if case.path.startswith("/v1/") else {}
+        api.wait_idle()
+        case.call_and_validate(base_url=api.url, headers=headers, timeout=60,
+                               checks=[not_a_server_error, status_code_conformance, content_type_conformance])
+
+    check()
