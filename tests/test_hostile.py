@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import test_model_dir
-from test_server import Live, _server_fixture
+from test_server import KEY, Live, _server_fixture
 
 from mnn_engine import Llm, MnnEngineError, ModelStore
 from mnn_engine.openai_api import WORD_JOINER, ImagePolicy, parse_chat_request
@@ -420,3 +420,47 @@ def test_headers_over_64_kib_close_the_connection(small_body_server):
     reply = _raw(small_body_server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n")
     assert reply == b""
     assert small_body_server.request("GET", "/health")[0] == 200
+
+
+# ---------------------------------------------------------------- the auth matrix
+ROUTES = {"/": "GET", "/health": "GET", "/openapi.json": "GET", "/v1/models": "GET",
+          "/v1/chat/completions": "POST", "/v1/nope": None, "/nope": None}
+CREDENTIALS = {"none": None, "right": f"Bearer {KEY}", "wrong": "Bearer wrong-key", "empty": "Bearer ",
+               "basic": f"Basic {KEY}", "prefix": f"Bearer {KEY[:-1]}", "longer": f"Bearer {KEY}x"}
+
+
+@pytest.fixture(scope="module")
+def keyed_server(tmp_path_factory):
+    live = Live(tmp_path_factory.mktemp("store"), "tiny", api_key=KEY)
+    yield live
+    live.close()
+
+
+def _expected(route: str, method: str, credential: str) -> int:
+    allowed = ROUTES[route]
+    if method == "OPTIONS":
+        return 404 if allowed is None else 204
+    if route.startswith("/v1/") and credential != "right":
+        return 401
+    if allowed is None:
+        return 404
+    if method != allowed:
+        return 405
+    return 415 if method == "POST" else 200  # POST without a JSON body
+
+
+@pytest.mark.parametrize("credential", list(CREDENTIALS))
+@pytest.mark.parametrize("method", ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_auth_matrix(keyed_server, route, method, credential):
+    headers = {} if CREDENTIALS[credential] is None else {"Authorization": CREDENTIALS[credential]}
+    if method in ("POST", "PUT", "PATCH"):
+        headers["Content-Type"] = "text/plain"
+    status, reply_headers, body = keyed_server.request(method, route, "" if method in ("POST", "PUT", "PATCH")
+                                                       else None, headers)
+    assert status == _expected(route, method, credential), body
+    if status >= 400:
+        error = json.loads(body)["error"]
+        assert error["code"] and "Traceback" not in error["message"]
+    if status == 401:
+        assert reply_headers["www-authenticate"].startswith("Bearer")

@@ -90,3 +90,53 @@ def test_page_shows_errors(browser, tmp_path):
         _wait(browser, lambda d: d.find_element(By.ID, "answer").text == SCRIPTED_TEXT)
     finally:
         live.close()
+
+
+OTHER_PAGE = """<!doctype html><title>other</title><pre id="out">waiting</pre><script>
+fetch("API/v1/chat/completions", {method: "POST", headers: {"Content-Type": "application/json"},
+  body: JSON.stringify({messages: [{role: "user", content: "hi"}], max_tokens: 3})})
+  .then(r => r.json()).then(j => { document.getElementById("out").textContent = "answered " + j.object; })
+  .catch(e => { document.getElementById("out").textContent = "blocked " + e.name; });
+</script>"""
+
+
+@pytest.fixture
+def other_origin():
+    """A page on a second loopback origin (another port) that calls the API."""
+    import http.server
+    import threading
+
+    pages = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = pages["page"].encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield pages, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.mark.parametrize("allowed", [False, True])
+def test_another_origin_is_blocked_unless_allowed(browser, tmp_path, other_origin, allowed):
+    pages, origin = other_origin
+    live = Live(tmp_path, "tiny", cors_origins=[origin] if allowed else [])
+    try:
+        pages["page"] = OTHER_PAGE.replace("API", live.url)
+        browser.get(origin + "/")
+        _wait(browser, lambda d: d.find_element(By.ID, "out").text != "waiting")
+        text = browser.find_element(By.ID, "out").text
+        assert text == ("answered chat.completion" if allowed else "blocked TypeError"), text
+        if not allowed:  # nothing ran: the preflight was refused
+            assert live.engine.last_result is None
+    finally:
+        live.close()
