@@ -110,6 +110,14 @@ class Server:
         return code
 
 
+def wait_idle(server: Server, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while json.loads(server.get("/health")[1])["generation"]["state"] != "idle":
+        if time.monotonic() > deadline:
+            raise RuntimeError("the generation did not end")
+        time.sleep(0.005)
+
+
 def wait_generating(server: Server, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while json.loads(server.get("/health")[1])["generation"]["state"] == "idle":
@@ -142,8 +150,10 @@ def main() -> int:
     statuses = [server.chat(stream=i % 2 == 0, max_tokens=rng.randint(1, 16)) for i in range(args.generations)]
     rows.append(("generations", len(statuses), sum(s != 200 for s in statuses),
                  f"{time.monotonic() - started:.0f} s"))
-    statuses = [server.chat(stream=True, max_tokens=64, ignore_eos=True, drop_after_first=True)
-                for _ in range(args.disconnects)]
+    statuses = []
+    for _ in range(args.disconnects):  # each after the last one's cancel took effect (else: 429, by design)
+        wait_idle(server)
+        statuses.append(server.chat(stream=True, max_tokens=64, ignore_eos=True, drop_after_first=True))
     time.sleep(0.5)
     idle = json.loads(server.get("/health")[1])["generation"]["state"] == "idle"
     rows.append(("mid-stream disconnects", len(statuses), sum(s != 200 for s in statuses),
@@ -193,6 +203,10 @@ def main() -> int:
         proc.kill()
         proc.wait()
         kills += 1
+    done = subprocess.run([sys.executable, "-m", "mnn_engine", "models", "import", big, "--id", "after-kills"],
+                          env=store_env, capture_output=True, text=True, cwd="/")
+    if done.returncode != 0:
+        lost.append(f"an import after the kills failed: {done.stderr[-300:]}")
     listed = json.loads(subprocess.run([sys.executable, "-m", "mnn_engine", "models", "list", "--json"],
                                        env=store_env, capture_output=True, text=True, cwd="/").stdout)
     for entry in listed:
@@ -207,7 +221,8 @@ def main() -> int:
     server.stop()
     leftovers = [p.name for p in (home / "models").iterdir() if p.name.startswith(".")]
     rows.append(("kill -9 during import/load", kills, len(lost),
-                 f"{len(listed)} complete models listed, all load; staging left: {len(half)} -> {len(leftovers)}"))
+                 f"then an import: {len(listed)} complete model(s) listed, all load; staging dirs left by the "
+                 f"kills: {len(half)}, after the next start: {len(leftovers)}"))
 
     print(f"{'phase':30} {'requests':>9} {'errors':>7}  note")
     for phase, n, errors, note in rows:

@@ -2,6 +2,7 @@
 """mnn-engine versus llama.cpp (llama-cpp-python) on the same model shapes.
 
 Usage: python tools/bench/peers.py [--threads 1 2] [--rounds 3] [--prompt-len 128] [--gen 128]
+                                   [--other-build "mnn wheel" .venv-wheel/bin/python]
 
 Both engines load warm: MNN with its default memory-mapped weights (the
 cache is written by an unmeasured first load), llama.cpp with its default
@@ -124,17 +125,26 @@ def ensure_llama_cpp(build: str = "native") -> Path:
     return python
 
 
-def mnn_features() -> str:
-    """Which x86 kernel families the linked MNN engine contains (by its symbol names)."""
-    import importlib.util
+MNN_FEATURES = """
+import importlib.util, sys
+from pathlib import Path
+import mnn_engine
+spec = importlib.util.find_spec("_mnncengine")
+ext = Path(mnn_engine._mnn.__file__)
+libs = [Path(spec.origin)] if spec is not None and spec.origin else sorted(
+    [*ext.parent.glob("libMNN*.so*"), *ext.parent.parent.glob(".mnn_engine.mesonpy.libs/libMNN*.so*")])
+if not libs:
+    print("MNN engine library not found"); sys.exit()
+data = libs[0].read_bytes()
+families = [name for name, marker in (("AVX2/FMA", b"_AVX_MNN"), ("AVX-512", b"_AVX512_"),
+                                      ("AVX-512 VNNI", b"VNNI")) if marker in data]
+print(f"{mnn_engine.build_info()['mode']} build, {libs[0].name}: x86 kernels {', '.join(families) or 'none found'}")
+"""
 
-    spec = importlib.util.find_spec("_mnncengine")
-    if spec is None or not spec.origin:
-        return "MNN engine library not found (not the PyPI wheel build)"
-    data = Path(spec.origin).read_bytes()
-    families = [name for name, marker in (("AVX2/FMA", b"_AVX_MNN"), ("AVX-512", b"_AVX512_"),
-                                          ("AVX-512 VNNI", b"VNNI")) if marker in data]
-    return f"{Path(spec.origin).name}: x86 kernels {', '.join(families) or 'none found'}"
+
+def mnn_features(python: str) -> str:
+    """Which x86 kernel families the MNN engine linked by ``python``'s mnn_engine contains (by symbol names)."""
+    return run(python, "-c", MNN_FEATURES, cwd="/").strip()
 
 
 def llama_features(build: str) -> str:
@@ -192,10 +202,15 @@ LLAMA_VARIANTS = {  # engine name -> (build, Llama() keywords); type_k 8 is GGML
 }
 
 
+#: MNN engine name -> the Python whose mnn_engine runs it (--other-build adds one)
+MNN_PYTHONS = {name: sys.executable for name in MNN_VARIANTS}
+
+
 def measure(engine: str, model: Path, threads: int, prompt_len: int, gen: int) -> dict[str, float]:
     if engine in MNN_VARIANTS:
-        cache = CACHE / "mnn-cache" / model.name  # persists: the loads measured here are warm
-        out = run(sys.executable, "-c", MNN_WORKER, model, threads, prompt_len, gen, cache,
+        # persists, one per engine (prepared weights belong to one build): the loads measured here are warm
+        cache = CACHE / "mnn-cache" / f"{model.name}-{engine.replace(' ', '-')}"
+        out = run(MNN_PYTHONS[engine], "-c", MNN_WORKER, model, threads, prompt_len, gen, cache,
                   json.dumps(MNN_VARIANTS[engine]), cwd="/")
     else:
         build, options = LLAMA_VARIANTS[engine]
@@ -210,14 +225,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--gen", type=int, default=128)
+    parser.add_argument("--other-build", nargs=2, metavar=("NAME", "PYTHON"),
+                        help="also measure the mnn_engine installed in PYTHON (e.g. the wheel-engine build) as NAME")
     args = parser.parse_args()
     qwen_gguf = qwen_q4_0()
+    qwen, smollm = test_model("qwen3-0.6b-shape"), test_model("smollm2-135m")
     pairs = {
-        "qwen3-0.6b-shape": {"mnn": test_model("qwen3-0.6b-shape"), "mnn kv-int8": test_model("qwen3-0.6b-shape"),
+        "qwen3-0.6b-shape": {"mnn": qwen, "mnn kv-int8": qwen,
                              "llama.cpp Q4_0": qwen_gguf, "llama.cpp Q4_0 kv-q8": qwen_gguf,
                              "llama.cpp Q4_0 AVX2": qwen_gguf},
-        "smollm2-135m": {"mnn": test_model("smollm2-135m"), "llama.cpp Q4_1": smollm_q4_1()},
+        "smollm2-135m": {"mnn": smollm, "llama.cpp Q4_1": smollm_q4_1()},
     }
+    if args.other_build:
+        name, python = args.other_build
+        MNN_VARIANTS[name] = {}
+        MNN_PYTHONS[name] = python
+        pairs["qwen3-0.6b-shape"][name] = qwen
+        pairs["smollm2-135m"][name] = smollm
     rows = []
     for engines in pairs.values():  # unmeasured: writes MNN's mmap cache and warms the page cache
         for engine, model in engines.items():
@@ -232,6 +256,9 @@ def main() -> None:
             medians = {e: {k: median([s[k] for s in v]) for k in v[0]} for e, v in samples.items()}
             ratios = {f"{ours} / {peer}": {k: medians[ours][k] / medians[peer][k] for k in medians[ours]}
                       for ours in engines if ours in MNN_VARIANTS for peer in engines if peer not in MNN_VARIANTS}
+            if args.other_build:  # this install's build against the other one
+                other = args.other_build[0]
+                ratios[f"mnn / {other}"] = {k: medians["mnn"][k] / medians[other][k] for k in medians["mnn"]}
             rows.append({"model": model_name, "threads": threads, "medians": medians, "samples": samples,
                          "ratios": ratios})
             for engine, m in medians.items():
@@ -240,7 +267,8 @@ def main() -> None:
             for peer, ratio in ratios.items():
                 print(f"{'':<18} {threads} thr  {peer:<36} load {ratio['load_s']:.2f}x  "
                       f"prefill {ratio['prefill_tps']:.2f}x  decode {ratio['decode_tps']:.2f}x", flush=True)
-    features = {"mnn": mnn_features(), **{f"llama.cpp ({build})": llama_features(build) for build in BUILDS}}
+    features = {**{name: mnn_features(python) for name, python in MNN_PYTHONS.items() if "kv-int8" not in name},
+                **{f"llama.cpp ({build})": llama_features(build) for build in BUILDS}}
     print(f"saved {save('peers', {'machine': machine(), 'cpu_features': features, 'rows': rows})}")
 
 
