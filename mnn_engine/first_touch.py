@@ -62,8 +62,10 @@ def check_in_child(config_path: Path, files: dict[str, Path], overrides: dict[st
     marker = _marker(config_path, files)
     if marker.is_file():
         return
-    command = [sys.executable, "-c", "from mnn_engine.first_touch import main; main()", str(config_path),
-               json.dumps(overrides)]
+    # (the current directory is dropped from the child's path: a source checkout
+    # there would shadow the installed package)
+    command = [sys.executable, "-c", "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+               "from mnn_engine.first_touch import main; main()", str(config_path.resolve()), json.dumps(overrides)]
     try:
         # (no Python fault handler in the child: the parent reports the crash)
         child = subprocess.run(command, capture_output=True, timeout=TIMEOUT_SECONDS, stdin=subprocess.DEVNULL,
