@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import os
+import sys
 import threading
 import time
 import weakref
@@ -299,8 +300,8 @@ class Llm:
         if not isinstance(text, str):
             raise invalid("text", "must be a string")
         with self._using() as core:
-            ids = tokenize_bounded(core.tokenize, text, limit=len(text) * 4 + 16, exact_cuts=self._exact_cuts)
-        assert ids is not None  # a token holds at least one byte
+            ids = tokenize_bounded(core.tokenize, text, limit=sys.maxsize, exact_cuts=self._exact_cuts)
+        assert ids is not None  # no limit, no cancel
         return ids
 
     @property
@@ -407,7 +408,7 @@ class Llm:
         elif isinstance(prompt, str):
             text = prompt
         if text is None:
-            ids: list[int] | None = self._checked_ids(prompt, "prompt")
+            ids: list[int] | None = list(prompt)  # token ids, checked by check_prompt
         else:
             ids = tokenize_bounded(core.tokenize, text, limit=self._context_limit, exact_cuts=self._exact_cuts,
                                    cancelled=core.cancel_requested)

@@ -30,14 +30,15 @@ def _chat(content, **extra):
 
 
 # ---------------------------------------------------------------- freezes
+@pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("size", [40_000, 8 * 1024 * 1024 - 1024])
-def test_a_huge_prompt_never_blocks_health(server, size):
+def test_a_huge_prompt_never_blocks_health(server, size, stream):
     """The prompt is refused, and meanwhile /health answers (a generous
     bound: the IOLoop is free, tokenizing happens elsewhere)."""
     outcome = {}
 
     def post():
-        outcome["reply"] = server.post_json(_chat("a" * size))
+        outcome["reply"] = server.post_json(_chat("a" * size, stream=stream))
 
     thread = threading.Thread(target=post)
     thread.start()
