@@ -62,7 +62,8 @@ def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkey
                     "## Where decode time goes"):
         assert heading in text, heading
     assert "(not measured in this run)" not in text
-    assert "| decode mnn / llama.cpp Q4_0 >= 1.1" in text
+    assert "| defaults: decode mnn / llama.cpp Q4_0 >= 1.3" in text
+    assert "| defaults: prefill mnn / llama.cpp Q4_0 >= 1.5" in text
 
 
 def test_report_reads_older_peer_results(tmp_path):
@@ -76,5 +77,5 @@ def test_report_reads_older_peer_results(tmp_path):
     (results / "peers.json").write_text(json.dumps(peers))
     (results / "load.json").unlink()  # older runs had no load benchmark: load time came from the peers
     lines = report.targets_section(results)
-    assert any(line.startswith("| decode mnn / llama.cpp Q4_0 >= 1.1") for line in lines)
+    assert any(line.startswith("| defaults: decode mnn / llama.cpp Q4_0 >= 1.3") for line in lines)
     assert any(line.startswith("| warm load <= llama.cpp") for line in lines)
