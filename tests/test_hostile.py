@@ -270,7 +270,7 @@ def test_a_model_loaded_by_another_process_cannot_be_changed(tmp_path):
     store = ModelStore(tmp_path)
     store.import_model(test_model_dir("tiny"), model_id="tiny")
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path), "tiny"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, text=True, cwd="/")
     try:
         assert holder.stdout.readline().strip() == "held"
         for change in (lambda: store.delete("tiny"), lambda: store.rename("tiny", "other"),
