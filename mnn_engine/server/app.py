@@ -93,7 +93,7 @@ class JsonHandler(tornado.web.RequestHandler):
     def initialize(self, ctx: ServerContext) -> None:
         self.ctx = ctx
 
-    def options(self, *_args: Any) -> None:  # CORS preflight (an allowed origin; see _check_origin)
+    def options(self, *_args: Any) -> None:  # CORS preflight of an allowed origin (_check_host_and_origin)
         self.set_status(204)
         self.finish()
 
