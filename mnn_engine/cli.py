@@ -327,7 +327,8 @@ def _body_mb(text: str) -> float:
 def _add_load_options(parser: argparse.ArgumentParser) -> None:
     """Load flags; each one not given comes from the model's tuned preset, else the default."""
     parser.add_argument("--backend", choices=BACKENDS, default=None, help="default cpu")
-    parser.add_argument("--threads", type=int, default=None, help="1..8 (default 4)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="1..8 (default: the performance cores this process may use, at most 4)")
     parser.add_argument("--mmap", action=argparse.BooleanOptionalAction, default=None,
                         help="memory-map the weights from a cache in the store (default: on)")
     parser.add_argument("--precision", choices=PRECISIONS, default=None, help="default low")

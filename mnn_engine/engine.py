@@ -23,11 +23,12 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .build import BACKENDS, backend_capabilities, require_backend
+from .device import default_threads
 from .errors import MnnEngineError, invalid
 from .llm import GenerationResult, Llm, Prompt, check_quant_qkv
 from .models import ModelLock, ModelStore
@@ -47,7 +48,8 @@ class LoadOptions:
     cache file in the model's cache directory on the first load and maps them
     afterwards, so later loads take tens of milliseconds instead of seconds and
     the weights stay reclaimable page cache; see docs/benchmarks.md),
-    ``precision`` (low or high), ``threads`` (1..8), MNN's ``dynamic_option``
+    ``precision`` (low or high), ``threads`` (1..8; default: the performance
+    cores this process may use, at most 4, see ``mnn_engine.device``), MNN's ``dynamic_option``
     (0..8; None keeps MNN's default), which trades memory for speed in its
     low-memory int4/int8 kernels, and MNN's KV-cache quantisation ``quant_qkv`` (None or 0: float keys and values;
     1 and 2: quantised keys, faster decode, slightly different outputs; in
@@ -58,7 +60,7 @@ class LoadOptions:
     backend: str = "cpu"
     use_mmap: bool = True
     precision: str = "low"
-    threads: int = 4
+    threads: int = field(default_factory=default_threads)
     dynamic_option: int | None = None
     quant_qkv: int | None = None
 

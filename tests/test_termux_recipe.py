@@ -81,6 +81,7 @@ def test_service_script_builds_the_serve_command(tmp_path):
     env_file = env_file.replace("MNN_ENGINE_MODEL=\n", "MNN_ENGINE_MODEL=qwen3-0-6b-mnn\n")
     env_file = env_file.replace("MNN_ENGINE_API_KEY=\n", "MNN_ENGINE_API_KEY=abc\n")
     env_file = env_file.replace("MNN_ENGINE_MMAP=1", "MNN_ENGINE_MMAP=0")
+    env_file = env_file.replace("MNN_ENGINE_THREADS=\n", "MNN_ENGINE_THREADS=3\n")
     (prefix / "etc" / "mnn-engine" / "serve.env").write_text(env_file)
     script = tmp_path / "serve"
     script.write_text((RECIPE / "serve.sh").read_text().replace("@TERMUX_PREFIX@", str(prefix)))
@@ -88,7 +89,7 @@ def test_service_script_builds_the_serve_command(tmp_path):
     out = subprocess.run([str(script)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"},
                          check=True).stdout.split("\n")
     assert out[:15] == ["-m", "mnn_engine", "serve", "qwen3-0-6b-mnn", "--host", "127.0.0.1", "--port", "8081",
-                        "--threads", "4", "--backend", "cpu", "--precision", "low", "--no-mmap"]
+                        "--backend", "cpu", "--precision", "low", "--threads", "3", "--no-mmap"]
     assert f"KEY=abc HOME={prefix}/../home TMP={prefix}/tmp" in out
 
 

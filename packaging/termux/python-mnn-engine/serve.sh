@@ -15,8 +15,10 @@ if [ -n "${MNN_ENGINE_MODEL:-}" ]; then
 	set -- "$@" "$MNN_ENGINE_MODEL"
 fi
 set -- "$@" --host "${MNN_ENGINE_HOST:-127.0.0.1}" --port "${MNN_ENGINE_PORT:-8081}" \
-	--threads "${MNN_ENGINE_THREADS:-4}" --backend "${MNN_ENGINE_BACKEND:-cpu}" \
-	--precision "${MNN_ENGINE_PRECISION:-low}"
+	--backend "${MNN_ENGINE_BACKEND:-cpu}" --precision "${MNN_ENGINE_PRECISION:-low}"
+if [ -n "${MNN_ENGINE_THREADS:-}" ]; then
+	set -- "$@" --threads "$MNN_ENGINE_THREADS"
+fi
 if [ "${MNN_ENGINE_MMAP:-1}" = 0 ]; then
 	set -- "$@" --no-mmap
 fi
