@@ -171,6 +171,7 @@ class Engine:
                              options=asdict(self._options) if self._options else None)
             if self._llm is not None:
                 model["context_limit"] = self._llm.context_limit
+                model["prompt_cache_tokens"] = self._llm.held_tokens
             busy = self._generation_state != "idle"
             return {
                 "engine": "generating" if busy else ("ready" if self._llm is not None else "idle"),

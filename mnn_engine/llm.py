@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -36,6 +37,7 @@ _SAMPLER_DEFAULT_KEYS = (
     "repetition_penalty", "presence_penalty", "frequency_penalty",
 )
 _DEFAULT_CONTEXT = 2048
+_MEDIA_TAG = re.compile(r"<(img|audio)>.*?</\1>", re.S)
 # MNN config keys that MNN reads as C ints
 _INT_CONFIG_KEYS = frozenset({"max_all_tokens", "max_new_tokens", "thread_num", "prefill_chunk_size"})
 # Markup tokens that reasoning and tool-call parsing rely on. MNN's tokenizer
@@ -79,6 +81,7 @@ class GenerationResult:
     logprobs: tuple[TokenLogprob, ...] | None = None
     error: str | None = None
     decode_forward_ms: float = 0.0
+    cached_tokens: int = 0  # prompt tokens the KV cache already held (not prefilled again)
 
     @property
     def prefill_tokens_per_second(self) -> float:
@@ -89,11 +92,12 @@ class GenerationResult:
         return self.decode_steps / (self.decode_ms / 1000) if self.decode_ms > 0 else 0.0
 
     @property
-    def usage(self) -> dict[str, int]:
+    def usage(self) -> dict[str, Any]:
         return {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
         }
 
 
@@ -134,7 +138,13 @@ class Llm:
 
     ``Llm(path, **config_overrides)`` opens a model from its directory or its
     ``config.json``; the overrides (MNN config keys such as ``thread_num``,
-    ``precision``, ``max_all_tokens``) are applied before loading. ``load()``
+    ``precision``, ``max_all_tokens``) are applied before loading.
+    ``prompt_cache=True`` keeps the KV cache between generations and
+    prefills only what a new prompt does not share with the previous one
+    (per call: ``cache_prompt=True/False``); ``GenerationResult.cached_tokens``
+    says how much was reused. It is off by default: MNN 3.6.1's prefill over
+    a kept cache rounds differently from a fresh prefill, so greedy outputs
+    can differ from those without it (measured in README). ``load()``
     reads the weights and warms the model up; ``close()`` frees it (also at
     exit). Generation methods take the prompt as text (used as is), token ids,
     or chat messages (``[{"role": ..., "content": ...}]``, rendered with the
@@ -142,7 +152,7 @@ class Llm:
     ``GenerationConfig``). One generation runs at a time per model.
     """
 
-    def __init__(self, model: str | os.PathLike[str], **config_overrides: Any) -> None:
+    def __init__(self, model: str | os.PathLike[str], *, prompt_cache: bool = False, **config_overrides: Any) -> None:
         self.config_path = resolve_config_path(model)
         self.model_dir = self.config_path.parent
         self.file_config = validate_model_dir(self.config_path)
@@ -156,6 +166,8 @@ class Llm:
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT32_MAX:
                 raise invalid(key, f"must be an integer from 1 to {INT32_MAX} (got {value!r})")
         self.config_overrides = dict(config_overrides)
+        #: Reuse the KV cache across generations by default (GenerationConfig.cache_prompt decides per call).
+        self.prompt_cache = prompt_cache
         self._core: _mnn.LlmCore | None = None
         self._finalizer: weakref.finalize | None = None
         # _state_lock orders load/close; every native call holds a lease on
@@ -199,6 +211,8 @@ class Llm:
                 if self.config_overrides:
                     core.set_config(json.dumps(self.config_overrides))
                 ok = core.load()
+            if ok:  # generate_init then keeps the KV cache; the loop resets it when it cannot be reused
+                core.set_config(json.dumps({"reuse_kv": True}))
             loaded = time.perf_counter()
             if not ok:
                 _close_core(core)
@@ -250,6 +264,18 @@ class Llm:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def forget_prompt_cache(self) -> None:
+        """Drop what the prompt cache holds: the next generation prefills everything."""
+        core = self._core
+        if core is not None:
+            core.forget()
+
+    @property
+    def held_tokens(self) -> int:
+        """Token ids the KV cache holds for the prompt cache (0 when none)."""
+        core = self._core
+        return core.held_tokens if core is not None else 0
 
     @property
     def is_loaded(self) -> bool:
@@ -367,7 +393,7 @@ class Llm:
         need chat messages."""
         self.check_prompt(prompt, enable_thinking=enable_thinking, tools=tools)
         with self._using() as core:
-            return self._prompt_ids(core, prompt, enable_thinking, tools)[1]
+            return self._prompt_ids(core, prompt, enable_thinking, tools, cancellable=False)[1]
 
     def check_prompt(self, prompt: Prompt, *, enable_thinking: bool | None = None,
                      tools: Sequence[Mapping[str, Any]] | None = None) -> None:
@@ -399,9 +425,10 @@ class Llm:
                 f"most {self._max_token_bytes} bytes each", param="prompt")
 
     def _prompt_ids(self, core: _mnn.LlmCore, prompt: Prompt, enable_thinking: bool | None,
-                    tools: Any) -> tuple[str | None, list[int]]:
+                    tools: Any, cancellable: bool = True) -> tuple[str | None, list[int]]:
         """The rendered text (None for token ids) and the ids of a checked
-        prompt; stops tokenizing once the ids cannot fit in the context."""
+        prompt; stops tokenizing once the ids cannot fit in the context, or,
+        when ``cancellable`` (a generation's own prompt), at a cancel."""
         text: str | None = None
         if _is_chat(prompt):
             text = self.apply_chat_template(prompt, True, enable_thinking, tools)
@@ -411,8 +438,8 @@ class Llm:
             ids: list[int] | None = list(prompt)  # token ids, checked by check_prompt
         else:
             ids = tokenize_bounded(core.tokenize, text, limit=self._context_limit, exact_cuts=self._exact_cuts,
-                                   cancelled=core.cancel_requested)
-            if ids is None and core.cancel_requested():
+                                   cancelled=core.cancel_requested if cancellable else lambda: False)
+            if ids is None and cancellable and core.cancel_requested():
                 raise _Cancelled
         if ids is None or len(ids) >= self._context_limit:
             count = f"{len(ids)}" if ids is not None else f"more than {self._context_limit}"
@@ -526,11 +553,18 @@ class Llm:
                 if on_prompt is not None:
                     on_prompt(text)
                 max_tokens = -1 if run.config.max_tokens is None else run.config.max_tokens
+                # Images and audio: their placeholder ids do not tell one picture from another, so such
+                # prompts neither reuse the KV cache nor leave it to be reused.
+                media = text is not None and _MEDIA_TAG.search(text) is not None
                 raw = run.core.generate(
                     ids, run.params, stop=run.config.stop, callback=callback,
                     max_tokens=max_tokens, context_limit=self._context_limit,
                     seed=run.seed, ignore_eos=run.config.ignore_eos,
+                    reuse=(self.prompt_cache if run.config.cache_prompt is None else run.config.cache_prompt)
+                    and not media,
                 )
+                if media:
+                    run.core.forget()
         finally:
             self._generation_lock.release()
             self._release()
@@ -619,8 +653,9 @@ class _Cancelled(Exception):
 def _cancelled_raw() -> dict[str, Any]:
     """A native-loop result for a generation cancelled before its prefill."""
     return {"text": "", "token_ids": [], "finish_reason": "cancelled", "error_message": "",
-            "prompt_tokens": 0, "completion_tokens": 0, "prefill_ms": 0.0, "time_to_first_token_ms": 0.0,
-            "decode_ms": 0.0, "decode_steps": 0, "decode_forward_ms": 0.0, "total_ms": 0.0}
+            "prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "prefill_ms": 0.0,
+            "time_to_first_token_ms": 0.0, "decode_ms": 0.0, "decode_steps": 0, "decode_forward_ms": 0.0,
+            "total_ms": 0.0}
 
 
 def _is_chat(prompt: Any) -> bool:
@@ -650,6 +685,7 @@ def _result(raw: dict[str, Any], seed: int) -> GenerationResult:
         logprobs=logprobs,
         error=raw["error_message"] or None,
         decode_forward_ms=raw["decode_forward_ms"],
+        cached_tokens=raw["cached_tokens"],
     )
 
 

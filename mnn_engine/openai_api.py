@@ -121,6 +121,8 @@ def _parse_options(body: Mapping[str, Any], request: ChatRequest) -> None:
         request.sampling["stop"] = body["stop"]
     if body.get("ignore_eos") is not None:  # llama.cpp's extension: generate the full max_tokens
         request.sampling["ignore_eos"] = _flag(body, "ignore_eos")
+    if body.get("cache_prompt") is not None:  # llama.cpp's name: reuse the KV cache (off by default here)
+        request.sampling["cache_prompt"] = _flag(body, "cache_prompt")
     request.stream = _flag(body, "stream")
     options = body.get("stream_options")
     if options is not None:
@@ -472,10 +474,10 @@ class Completion:
         return self._envelope("chat.completion.chunk", [{"index": 0, "delta": delta, "logprobs": logprobs,
                                                          "finish_reason": finish_reason}])
 
-    def usage_chunk(self, usage: dict[str, int]) -> dict[str, Any]:
+    def usage_chunk(self, usage: dict[str, Any]) -> dict[str, Any]:
         return self._envelope("chat.completion.chunk", [], usage=usage)
 
-    def response(self, message: dict[str, Any], finish_reason: str, usage: dict[str, int],
+    def response(self, message: dict[str, Any], finish_reason: str, usage: dict[str, Any],
                  logprobs: dict[str, Any] | None) -> dict[str, Any]:
         return self._envelope("chat.completion", [{"index": 0, "message": message, "logprobs": logprobs,
                                                    "finish_reason": finish_reason}], usage=usage)

@@ -24,7 +24,12 @@ class GenerationConfig:
     sampler settings). ``temperature=0`` is greedy decoding.
     ``max_tokens=None`` or ``-1`` generates until an end token or the context
     limit. ``logprobs=True`` records the chosen token's log-probability and
-    ``top_logprobs`` alternatives (0..20).
+    ``top_logprobs`` alternatives (0..20). ``cache_prompt`` keeps the part
+    of the KV cache that the prompt shares with the previous prompt (a
+    conversation's earlier turns) and prefills only the rest; None follows
+    ``Llm.prompt_cache`` (off by default: MNN's prefill over a kept cache
+    rounds differently from a fresh one, so outputs can differ slightly; see
+    README).
     """
 
     max_tokens: int | None = None
@@ -41,6 +46,7 @@ class GenerationConfig:
     logprobs: bool = False
     top_logprobs: int | None = None
     ignore_eos: bool = False
+    cache_prompt: bool | None = None
 
     @classmethod
     def from_kwargs(cls, base: GenerationConfig | None = None, **kwargs: Any) -> GenerationConfig:
@@ -59,6 +65,10 @@ class GenerationConfig:
 
     def validate(self) -> None:
         """Raise ``MnnEngineError('invalid_argument')`` for any value out of range."""
+        for name in ("logprobs", "ignore_eos", "cache_prompt"):
+            value = getattr(self, name)
+            if not isinstance(value, bool) and not (name == "cache_prompt" and value is None):
+                raise invalid(name, "must be true or false")
         if self.max_tokens is not None:
             _int("max_tokens", self.max_tokens)
             if self.max_tokens == 0 or self.max_tokens < -1:

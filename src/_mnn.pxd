@@ -45,6 +45,8 @@ cdef extern from "mnn_llm_api.h" namespace "MNN::Transformer" nogil:
         cbool is_stop(int token)
         string apply_chat_template(const vector[pair[string, string]]& messages) except +
         void reset()
+        size_t getCurrentHistory()
+        void eraseHistory(size_t begin, size_t end)
         cbool set_config(const string& content) except +
         string dump_config() except +
 

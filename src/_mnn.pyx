@@ -412,6 +412,17 @@ cdef string decode_token(Llm* llm, unordered_map[int, string]* overrides, int to
     return piece
 
 
+cdef size_t MIN_PREFILL = 2
+
+
+cdef size_t common_prefix(const vector[int]& a, const vector[int]& b) noexcept nogil:
+    cdef size_t n = min(a.size(), b.size())
+    cdef size_t i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 cdef inline double ns_to_ms(int64_t ns) noexcept nogil:
     return ns / 1e6
 
@@ -427,6 +438,8 @@ cdef class LlmCore:
     # text of tokens MNN's tokenizer decodes to nothing (e.g. <think>)
     cdef unordered_map[int, string] _token_text
     cdef int _fail_after  # test hook: fail the next generation after N tokens
+    # the token ids in MNN's KV cache, in order (prompt cache); empty when unknown
+    cdef vector[int] _held
     cdef readonly str config_path
 
     def __cinit__(self, str config_path):
@@ -576,6 +589,7 @@ cdef class LlmCore:
         cdef vector[int] ids = self.tokenize("Hi")
         cdef VARP logits
         cdef int n = 0
+        self._held.clear()
         with nogil:
             llm.reset()
             llm.generate_init(NULL, NULL)
@@ -585,12 +599,34 @@ cdef class LlmCore:
             llm.reset()
         return n
 
+    @property
+    def held_tokens(self) -> int:
+        """How many token ids the KV cache holds for the prompt cache."""
+        return self._held.size()
+
+    def forget(self) -> None:
+        """Drop the prompt cache: the next generation prefills everything."""
+        self._held.clear()
+
     def generate(self, prompt_ids, dict sampling, stop=(), callback=None,
                  int max_tokens=-1, int context_limit=2048, seed=0,
-                 bint ignore_eos=False) -> dict:
-        """Run one generation over prompt token ids. See mnn_engine.llm.Llm.generate."""
+                 bint ignore_eos=False, bint reuse=True) -> dict:
+        """Run one generation over prompt token ids. See mnn_engine.llm.Llm.generate.
+        With ``reuse``, the longest prefix of the prompt that the KV cache
+        already holds is kept and only the rest is prefilled."""
         cdef Llm* llm = self._require()
         cdef vector[int] prompt = prompt_ids
+        cdef size_t keep = 0
+        if reuse:
+            keep = common_prefix(self._held, prompt)
+            # At least two tokens are prefilled again: MNN computes a single
+            # token with its decode kernels, which round differently from the
+            # prefill kernels a fresh run uses for every prompt token.
+            if keep + MIN_PREFILL > prompt.size():
+                keep = prompt.size() - MIN_PREFILL if prompt.size() > MIN_PREFILL else 0
+            if keep > 0 and llm.getCurrentHistory() < self._held.size():
+                keep = 0  # not what MNN holds: never trust it
+        self._held.clear()
         cdef _Sampler sampler = _Sampler()
         sampler.p.temperature = sampling["temperature"]
         sampler.p.top_k = sampling["top_k"]
@@ -620,7 +656,13 @@ cdef class LlmCore:
         loop.fail_after = self._fail_after
         self._fail_after = -1
         with nogil:
-            loop.run(prompt)
+            loop.run(prompt, keep)
+        if loop.finish != F_ERROR:
+            # Only the prompt: the generated tokens in the KV cache were
+            # computed by the decode kernels, and a fresh run would prefill
+            # them (as part of the next turn's prompt); reusing them would
+            # change the outputs. They are erased on reuse.
+            self._held = prompt
         if loop.error is not None:
             raise loop.error
         if loop.callback_error is not None:
@@ -636,6 +678,7 @@ cdef class LlmCore:
         cdef vector[int] targets = target_ids
         cdef vector[double] out
         cdef cbool failed = False
+        self._held.clear()
         with nogil:
             failed = not score_targets(llm, prompt, targets, &self._cancel, &out)
         if failed:
@@ -649,6 +692,7 @@ cdef class LlmCore:
         cdef vector[int] ids = prompt_ids
         cdef TimingStreamBuf buf
         cdef int64_t start, end
+        self._held.clear()
         with nogil:
             llm.reset()
             start = monotonic_ns()
@@ -685,6 +729,7 @@ cdef class _Loop:
     cdef string held
     cdef Finish finish
     cdef int prompt_len
+    cdef int cached  # prompt tokens the KV cache already held (not prefilled)
     cdef int decode_steps
     cdef int64_t t_start, t_prefill_end, t_first, t_end
     cdef int64_t forward_ns  # inside MNN's decode forwards; the rest of decode_ms is this loop's own work
@@ -693,7 +738,7 @@ cdef class _Loop:
     cdef cbool cancelled(self) noexcept nogil:
         return self.cancel_flag[0].load() != 0
 
-    cdef void run(self, const vector[int]& prompt) noexcept nogil:
+    cdef void run(self, const vector[int]& prompt, size_t keep) noexcept nogil:
         cdef VARP logits_var
         cdef const float* logits
         cdef int vocab = 0
@@ -701,6 +746,8 @@ cdef class _Loop:
         cdef string piece
         cdef LlmContext* ctx
         cdef vector[int] one = vector[int](1)
+        cdef vector[int] suffix
+        cdef size_t i
         cdef int64_t forward_start
         self.prompt_len = <int>prompt.size()
         self.forward_ns = 0
@@ -708,9 +755,18 @@ cdef class _Loop:
         self.t_start = monotonic_ns()
         self.t_first = 0
         self.t_prefill_end = 0
-        self.llm.reset()
-        self.llm.generate_init(NULL, NULL)
-        logits_var = self.llm.forward(prompt, True)
+        self.cached = <int>keep
+        if keep > 0:  # the KV cache holds prompt[:keep]: drop what follows it, prefill the rest
+            if self.llm.getCurrentHistory() > keep:
+                self.llm.eraseHistory(keep, 0)
+            self.llm.generate_init(NULL, NULL)
+            for i in range(keep, prompt.size()):
+                suffix.push_back(prompt[i])
+            logits_var = self.llm.forward(suffix, True)
+        else:
+            self.llm.reset()
+            self.llm.generate_init(NULL, NULL)
+            logits_var = self.llm.forward(prompt, True)
         self.t_prefill_end = monotonic_ns()
         ctx = llm_context(self.llm)
         logits = read_logits(logits_var, &vocab)
@@ -825,6 +881,7 @@ cdef class _Loop:
             "finish_reason": _FINISH_NAMES.get(self.finish, FINISH_ERROR),
             "error_message": self.error_message.decode("utf-8", "replace"),
             "prompt_tokens": self.prompt_len,
+            "cached_tokens": self.cached,
             "completion_tokens": n,
             "prefill_ms": ns_to_ms(self.t_prefill_end - self.t_start) if self.t_prefill_end else 0.0,
             "time_to_first_token_ms": ns_to_ms(self.t_first - self.t_start) if self.t_first else 0.0,

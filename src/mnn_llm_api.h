@@ -140,6 +140,8 @@ public:
     void reset();
     bool set_config(const std::string& content);
     std::string dump_config();
+    size_t getCurrentHistory() const;
+    void eraseHistory(size_t begin, size_t end);
 
     LlmContext* context() const { return mContext.get(); }
 

@@ -28,6 +28,7 @@ scripted = _session_model("tiny-scripted")
 tiny = _session_model("tiny")
 toolcall = _session_model("tiny-toolcall")
 smollm = _session_model("smollm2-135m")
+thinking_model = _session_model("tiny-thinking")
 
 
 @pytest.fixture

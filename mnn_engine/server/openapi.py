@@ -77,6 +77,9 @@ _CHAT_REQUEST = {
         "logprobs": {"type": "boolean"},
         "top_logprobs": {**_INTEGER, "minimum": 0, "maximum": 20},
         "ignore_eos": {"type": "boolean"},
+        "cache_prompt": {"type": "boolean",
+                         "description": "reuse the KV cache of the previous request (default false: outputs may "
+                                        "differ slightly)"},
         "tools": {"type": "array", "items": {"type": "object"}},
         "tool_choice": {"oneOf": [{"type": "string", "enum": ["auto", "none", "required"]}, {"type": "object"}]},
         "response_format": {"type": "object", "properties": {"type": {"type": "string", "enum": ["text"]}}},
