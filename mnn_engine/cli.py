@@ -163,7 +163,7 @@ def _info(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- generation
 _LOAD_FLAGS = {"backend": "backend", "use_mmap": "mmap", "precision": "precision", "threads": "threads",
-               "dynamic_option": "dynamic_option", "quant_qkv": "kv_quant"}
+               "dynamic_option": "dynamic_option", "quant_qkv": "kv_quant", "context_length": "context_length"}
 
 
 def _load_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -194,8 +194,8 @@ def _chat(args: argparse.Namespace) -> int:
             messages.append({"role": "user", "content": text})
             reply: list[str] = []
             try:
-                for piece in engine.stream_chat(messages, max_tokens=args.max_tokens,
-                                                temperature=args.temperature, enable_thinking=args.think):
+                for piece in engine.stream_chat(messages, max_tokens=args.max_tokens, temperature=args.temperature,
+                                                enable_thinking=args.think, context_overflow="truncate"):
                     reply.append(piece)
                     sys.stdout.write(piece)
                     sys.stdout.flush()
@@ -203,6 +203,12 @@ def _chat(args: argparse.Namespace) -> int:
                 sys.stdout.write(" [stopped]")
             sys.stdout.write("\n")
             messages.append({"role": "assistant", "content": "".join(reply)})
+            dropped = engine.last_result.dropped_messages if engine.last_result is not None else 0
+            if dropped:  # the conversation outgrew the context: its oldest turns are gone for good
+                system = 1 if args.system else 0
+                del messages[system:system + dropped]
+                print(f"[the {dropped} oldest messages no longer fit the context and were left out]",
+                      file=sys.stderr)
     finally:
         engine.close()
 
@@ -336,6 +342,9 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kv-quant", type=int, default=None,
                         help="MNN's KV-cache quantisation quant_qkv: 0 off (default), 1 or 2 quantised keys "
                              "(faster decode, slightly different outputs)")
+    parser.add_argument("--context-length", type=int, default=None, metavar="N",
+                        help="tokens of context (prompt + answer; MNN's max_all_tokens); fewer bounds the KV "
+                             "cache's memory (default: the model's config)")
 
 
 def _add_sampling(parser: argparse.ArgumentParser, max_tokens: int) -> None:

@@ -39,6 +39,7 @@ log = logging.getLogger("mnn_engine.engine")
 
 PRECISIONS = ("low", "high")
 MAX_THREADS = 8
+MIN_CONTEXT = 16
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ class LoadOptions:
     ``precision`` (low or high), ``threads`` (1..8; default: the performance
     cores this process may use, at most 4, see ``mnn_engine.device``), MNN's ``dynamic_option``
     (0..8; None keeps MNN's default), which trades memory for speed in its
-    low-memory int4/int8 kernels, and MNN's KV-cache quantisation ``quant_qkv`` (None or 0: float keys and values;
+    low-memory int4/int8 kernels, ``context_length`` (MNN's ``max_all_tokens``: prompt and answer
+    together; None keeps the model's), and MNN's KV-cache quantisation ``quant_qkv`` (None or 0: float keys and values;
     1 and 2: quantised keys, faster decode, slightly different outputs; in
     MNN 3.6.1 both give the same results). Modes 3 and 4 are refused: with
     MNN 3.6.1 mode 3 produces garbage text on real models and mode 4
@@ -63,6 +65,7 @@ class LoadOptions:
     threads: int = field(default_factory=default_threads)
     dynamic_option: int | None = None
     quant_qkv: int | None = None
+    context_length: int | None = None
 
     def validate(self) -> LoadOptions:
         if self.backend not in BACKENDS:
@@ -77,6 +80,11 @@ class LoadOptions:
                                                 or self.dynamic_option not in range(9)):
             raise invalid("dynamic_option", f"must be an integer from 0 to 8 (got {self.dynamic_option!r})")
         check_quant_qkv(self.quant_qkv)
+        if self.context_length is not None and (isinstance(self.context_length, bool)
+                                                or not isinstance(self.context_length, int)
+                                                or not MIN_CONTEXT <= self.context_length <= 2**31 - 1):
+            raise invalid("context_length", f"must be an integer of at least {MIN_CONTEXT} "
+                                            f"(got {self.context_length!r})")
         return self
 
     def mnn_config(self, cache_dir: Path) -> dict[str, Any]:
@@ -92,6 +100,8 @@ class LoadOptions:
             config["dynamic_option"] = self.dynamic_option
         if self.quant_qkv is not None:
             config["quant_qkv"] = self.quant_qkv
+        if self.context_length is not None:
+            config["max_all_tokens"] = self.context_length
         return config
 
 
@@ -319,7 +329,7 @@ class Engine:
         return result
 
     def submit(self, prompt: Prompt, callback: Callable[[str], Any] | None = None, *,
-               on_prompt: Callable[[str | None], Any] | None = None,
+               on_prompt: Callable[[str | None, int], Any] | None = None,
                **sampling: Any) -> Future[GenerationResult]:
         """Start a generation on the engine's generation thread.
 
@@ -330,7 +340,8 @@ class Engine:
         (``context_length_exceeded``, ``empty_prompt``) come through the
         returned future, like the result and the callback's or the engine's
         exceptions. ``callback`` runs on the generation thread, and so does
-        ``on_prompt``, which gets the rendered prompt text first.
+        ``on_prompt``, which gets the rendered prompt text (and the number of
+        messages dropped to fit the context) first.
         """
         llm = self._begin_generation()
         try:

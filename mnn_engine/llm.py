@@ -37,6 +37,8 @@ _SAMPLER_DEFAULT_KEYS = (
     "repetition_penalty", "presence_penalty", "frequency_penalty",
 )
 _DEFAULT_CONTEXT = 2048
+#: Tokens kept free for the answer when truncating a chat without max_tokens
+DEFAULT_ANSWER_RESERVE = 256
 _MEDIA_TAG = re.compile(r"<(img|audio)>.*?</\1>", re.S)
 # MNN config keys that MNN reads as C ints
 _INT_CONFIG_KEYS = frozenset({"max_all_tokens", "max_new_tokens", "thread_num", "prefill_chunk_size"})
@@ -82,6 +84,7 @@ class GenerationResult:
     error: str | None = None
     decode_forward_ms: float = 0.0
     cached_tokens: int = 0  # prompt tokens the KV cache already held (not prefilled again)
+    dropped_messages: int = 0  # oldest messages left out to fit the context (context_overflow="truncate")
 
     @property
     def prefill_tokens_per_second(self) -> float:
@@ -425,30 +428,78 @@ class Llm:
                 f"most {self._max_token_bytes} bytes each", param="prompt")
 
     def _prompt_ids(self, core: _mnn.LlmCore, prompt: Prompt, enable_thinking: bool | None,
-                    tools: Any, cancellable: bool = True) -> tuple[str | None, list[int]]:
-        """The rendered text (None for token ids) and the ids of a checked
-        prompt; stops tokenizing once the ids cannot fit in the context, or,
-        when ``cancellable`` (a generation's own prompt), at a cancel."""
+                    tools: Any, cancellable: bool = True, overflow: str = "error",
+                    reserve: int = 0) -> tuple[str | None, list[int], int]:
+        """The rendered text (None for token ids), the ids of a checked prompt
+        and how many messages were dropped to fit it. Tokenizing stops once
+        the ids cannot fit in the context, or, when ``cancellable`` (a
+        generation's own prompt), at a cancel. With ``overflow="truncate"``
+        the oldest messages after the system prompt are dropped, whole,
+        until the prompt and ``reserve`` tokens for the answer fit."""
+        cancelled = core.cancel_requested if cancellable else _never
+        if overflow == "truncate" and _is_chat(prompt):
+            return self._fitted_chat(core, list(prompt), enable_thinking, tools, cancelled, reserve)
         text: str | None = None
         if _is_chat(prompt):
             text = self.apply_chat_template(prompt, True, enable_thinking, tools)
         elif isinstance(prompt, str):
             text = prompt
-        if text is None:
-            ids: list[int] | None = list(prompt)  # token ids, checked by check_prompt
-        else:
-            ids = tokenize_bounded(core.tokenize, text, limit=self._context_limit, exact_cuts=self._exact_cuts,
-                                   cancelled=core.cancel_requested if cancellable else lambda: False)
-            if ids is None and cancellable and core.cancel_requested():
-                raise _Cancelled
-        if ids is None or len(ids) >= self._context_limit:
-            count = f"{len(ids)}" if ids is not None else f"more than {self._context_limit}"
+        ids = list(prompt) if text is None else self._tokens_within(core, text, self._context_limit - 1, cancelled)
+        if ids is None:
             raise MnnEngineError("context_length_exceeded",
-                                 f"the prompt has {count} tokens; the context holds {self._context_limit}",
+                                 f"the prompt has more than {self._context_limit - 1} tokens; the context holds "
+                                 f"{self._context_limit}", param="prompt")
+        if len(ids) >= self._context_limit:
+            raise MnnEngineError("context_length_exceeded",
+                                 f"the prompt has {len(ids)} tokens; the context holds {self._context_limit}",
                                  param="prompt")
         if not ids:
             raise MnnEngineError("empty_prompt", "the prompt is empty (no tokens)", param="prompt")
-        return text, ids
+        return text, ids, 0
+
+    def _tokens_within(self, core: _mnn.LlmCore, text: str, limit: int,
+                       cancelled: Callable[[], bool]) -> list[int] | None:
+        """The ids of ``text``, or None when there are more than ``limit``."""
+        ids = tokenize_bounded(core.tokenize, text, limit=limit, exact_cuts=self._exact_cuts, cancelled=cancelled)
+        if ids is None and cancelled():
+            raise _Cancelled
+        return ids
+
+    def _fitted_chat(self, core: _mnn.LlmCore, messages: list[Message], enable_thinking: bool | None,
+                     tools: Any, cancelled: Callable[[], bool], reserve: int) -> tuple[str, list[int], int]:
+        """The chat with as few of its oldest messages dropped as makes it fit."""
+        head = 0
+        while head < len(messages) - 1 and messages[head].get("role") in ("system", "developer"):
+            head += 1
+        body = messages[head:]
+        limit = self._context_limit - 1 - min(max(reserve, 1), self._context_limit // 2)
+
+        def attempt(dropped: int) -> tuple[str, list[int], int] | None:
+            kept = body[dropped:]
+            while len(kept) > 1 and kept[0].get("role") != "user":
+                kept = kept[1:]  # what is left starts with a user turn
+            text = self.apply_chat_template(messages[:head] + kept, True, enable_thinking, tools)
+            ids = self._tokens_within(core, text, limit, cancelled)
+            return None if ids is None else (text, ids, len(body) - len(kept))
+
+        whole = attempt(0)
+        if whole is not None:
+            return whole
+        best = None
+        low, high = 1, len(body) - 1  # the fewest dropped messages that fit, by bisection (fitting is monotone)
+        while low <= high:
+            middle = (low + high) // 2
+            fitted = attempt(middle)
+            if fitted is None:
+                low = middle + 1
+            else:
+                best, high = fitted, middle - 1
+        if best is None:
+            raise MnnEngineError("context_length_exceeded",
+                                 f"even the last message does not fit in the context ({self._context_limit} tokens, "
+                                 f"{self._context_limit - 1 - limit} kept for the answer)", param="messages")
+        log.info("dropped the %d oldest messages to fit the context", best[2])
+        return best
 
     def _checked_ids(self, token_ids: Sequence[int], param: str) -> list[int]:
         ids = list(token_ids)
@@ -541,17 +592,22 @@ class Llm:
         self._release()
 
     def _run(self, run: _Run, callback: TokenCallback | None,
-             on_prompt: Callable[[str | None], Any] | None = None) -> GenerationResult:
+             on_prompt: Callable[[str | None, int], Any] | None = None) -> GenerationResult:
         """Run a prepared generation; releases the claim taken by _prepare.
-        ``on_prompt`` receives the rendered prompt text before the first token."""
+        ``on_prompt`` receives the rendered prompt text and the number of
+        dropped messages before the first token."""
         try:
+            dropped = 0
             try:
-                text, ids = self._prompt_ids(run.core, run.prompt, run.enable_thinking, run.tools)
+                reserve = run.config.max_tokens if run.config.max_tokens and run.config.max_tokens > 0 else \
+                    DEFAULT_ANSWER_RESERVE
+                text, ids, dropped = self._prompt_ids(run.core, run.prompt, run.enable_thinking, run.tools,
+                                                      overflow=run.config.context_overflow, reserve=reserve)
             except _Cancelled:
                 raw = _cancelled_raw()
             else:
                 if on_prompt is not None:
-                    on_prompt(text)
+                    on_prompt(text, dropped)
                 max_tokens = -1 if run.config.max_tokens is None else run.config.max_tokens
                 # Images and audio: their placeholder ids do not tell one picture from another, so such
                 # prompts neither reuse the KV cache nor leave it to be reused.
@@ -568,7 +624,7 @@ class Llm:
         finally:
             self._generation_lock.release()
             self._release()
-        result = _result(raw, run.seed)
+        result = _result(raw, run.seed, dropped)
         self.last_result = result
         if result.finish_reason == "error":
             log.error("generation failed: %s", result.error)
@@ -663,7 +719,11 @@ def _is_chat(prompt: Any) -> bool:
         bool(prompt) and all(isinstance(m, Mapping) for m in prompt)
 
 
-def _result(raw: dict[str, Any], seed: int) -> GenerationResult:
+def _never() -> bool:
+    return False
+
+
+def _result(raw: dict[str, Any], seed: int, dropped_messages: int = 0) -> GenerationResult:
     logprobs = None
     if "logprobs" in raw:
         logprobs = tuple(
@@ -686,6 +746,7 @@ def _result(raw: dict[str, Any], seed: int) -> GenerationResult:
         error=raw["error_message"] or None,
         decode_forward_ms=raw["decode_forward_ms"],
         cached_tokens=raw["cached_tokens"],
+        dropped_messages=dropped_messages,
     )
 
 

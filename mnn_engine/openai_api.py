@@ -123,6 +123,8 @@ def _parse_options(body: Mapping[str, Any], request: ChatRequest) -> None:
         request.sampling["ignore_eos"] = _flag(body, "ignore_eos")
     if body.get("cache_prompt") is not None:  # llama.cpp's name: reuse the KV cache (off by default here)
         request.sampling["cache_prompt"] = _flag(body, "cache_prompt")
+    if body.get("context_overflow") is not None:  # "truncate": drop the oldest messages to fit
+        request.sampling["context_overflow"] = body["context_overflow"]
     request.stream = _flag(body, "stream")
     options = body.get("stream_options")
     if options is not None:

@@ -13,6 +13,8 @@ from .errors import invalid
 
 MAX_STOP_STRINGS = 16
 MAX_TOP_LOGPROBS = 20
+#: What a chat that outgrows the context gets: an error, or its oldest messages dropped
+CONTEXT_OVERFLOW = ("error", "truncate")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -29,7 +31,10 @@ class GenerationConfig:
     conversation's earlier turns) and prefills only the rest; None follows
     ``Llm.prompt_cache`` (off by default: MNN's prefill over a kept cache
     rounds differently from a fresh one, so outputs can differ slightly; see
-    README).
+    README). ``context_overflow="truncate"`` drops a chat's oldest messages
+    after the system prompt, whole, until the prompt and ``max_tokens`` (or
+    256 tokens) fit; ``GenerationResult.dropped_messages`` says how many.
+    The default, ``"error"``, answers ``context_length_exceeded``.
     """
 
     max_tokens: int | None = None
@@ -47,6 +52,7 @@ class GenerationConfig:
     top_logprobs: int | None = None
     ignore_eos: bool = False
     cache_prompt: bool | None = None
+    context_overflow: str = "error"
 
     @classmethod
     def from_kwargs(cls, base: GenerationConfig | None = None, **kwargs: Any) -> GenerationConfig:
@@ -65,6 +71,8 @@ class GenerationConfig:
 
     def validate(self) -> None:
         """Raise ``MnnEngineError('invalid_argument')`` for any value out of range."""
+        if self.context_overflow not in CONTEXT_OVERFLOW:
+            raise invalid("context_overflow", f"must be {' or '.join(CONTEXT_OVERFLOW)}")
         for name in ("logprobs", "ignore_eos", "cache_prompt"):
             value = getattr(self, name)
             if not isinstance(value, bool) and not (name == "cache_prompt" and value is None):

@@ -213,7 +213,8 @@ class ModelsHandler(JsonHandler):
     def get(self) -> None:
         model_id = active_model_name(self.ctx.engine)
         data = [] if model_id is None else [
-            {"id": model_id, "object": "model", "created": int(self.ctx.started), "owned_by": "mnn-engine"}]
+            {"id": model_id, "object": "model", "created": int(self.ctx.started), "owned_by": "mnn-engine",
+             "context_length": self.ctx.engine.llm.context_limit}]
         self.send_json({"object": "list", "data": data})
 
 
@@ -283,16 +284,18 @@ class ChatCompletionsHandler(JsonHandler):
         # The chat template and the tokenizer run on the generation thread,
         # never here; the rendered prompt comes back through on_prompt (the
         # parser needs to know whether the template opened a <think> block).
-        rendered: list[str | None] = []
+        rendered: list[tuple[str | None, int]] = []  # (prompt text, messages dropped to fit the context)
 
         def submit(put: Callable[[str], None] | None) -> Future[GenerationResult]:
-            self._future = engine.submit(request.messages, put, on_prompt=rendered.append,
+            self._future = engine.submit(request.messages, put, on_prompt=lambda *prompt: rendered.append(prompt),
                                          enable_thinking=request.enable_thinking, tools=request.tools,
                                          **request.sampling)
             return self._future
 
         def parser() -> OutputParser:
-            prompt = rendered[0] if rendered else None
+            prompt, dropped = rendered[0] if rendered else (None, 0)
+            if dropped:
+                self.set_header("X-Context-Dropped-Messages", str(dropped))
             return OutputParser(in_reasoning=prompt_opens_thinking(prompt or ""), parse_tools=request.parse_tools)
 
         completion = Completion(model=model, fingerprint=self.ctx.fingerprint)

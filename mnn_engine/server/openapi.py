@@ -77,6 +77,9 @@ _CHAT_REQUEST = {
         "logprobs": {"type": "boolean"},
         "top_logprobs": {**_INTEGER, "minimum": 0, "maximum": 20},
         "ignore_eos": {"type": "boolean"},
+        "context_overflow": {"type": "string", "enum": ["error", "truncate"],
+                             "description": "truncate: drop the oldest messages after the system prompt to fit "
+                                            "(the X-Context-Dropped-Messages header says how many)"},
         "cache_prompt": {"type": "boolean",
                          "description": "reuse the KV cache of the previous request (default false: outputs may "
                                         "differ slightly)"},
