@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import shutil
@@ -24,9 +25,14 @@ def _own_markers(tmp_path, monkeypatch):
     monkeypatch.setenv("MNN_ENGINE_HOME", str(tmp_path / "home"))
 
 
+@functools.cache
+def _tiny() -> Path:
+    return test_model_dir("tiny")
+
+
 def _damaged(root: Path, name: str, how: str, rng: random.Random) -> Path:
     model = root / f"{name}-{how}-{rng.randrange(10**9)}"
-    shutil.copytree(test_model_dir("tiny"), model)
+    shutil.copytree(_tiny(), model)
     path = model / name
     data = bytearray(path.read_bytes())
     if how == "truncate":
@@ -93,7 +99,7 @@ def test_fuzzed_model_files_never_kill_the_process(tmp_path, name, how, seed):
 
 
 @pytest.mark.slow
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.sampled_from(FILES), st.sampled_from(["truncate", "flip", "random"]), st.integers(0, 2**32))
 def test_fuzzed_model_files_never_kill_the_process_long(tmp_path, name, how, seed):
     _open(_damaged(tmp_path, name, how, random.Random(seed)))
