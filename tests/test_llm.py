@@ -78,7 +78,8 @@ def test_result_stats(scripted, chat):
     assert 0 < result.decode_forward_ms < result.decode_ms  # MNN's forwards; the rest is our loop
     assert result.decode_tokens_per_second > 0 and result.prefill_tokens_per_second > 0
     assert result.usage == {"prompt_tokens": result.prompt_tokens, "completion_tokens": 17,
-                            "total_tokens": result.prompt_tokens + 17}
+                            "total_tokens": result.prompt_tokens + 17,
+                            "prompt_tokens_details": {"cached_tokens": 0}}
 
 
 # ---------------------------------------------------------------- determinism and seeds
