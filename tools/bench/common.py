@@ -40,13 +40,19 @@ def quantile(values: list[float], q: float) -> float:
 
 def machine() -> dict[str, Any]:
     cpu = "unknown"
+    flags: list[str] = []
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith("model name") and cpu == "unknown":
                 cpu = line.split(":", 1)[1].strip()
-                break
+            elif line.startswith(("flags", "Features")) and not flags:
+                flags = line.split(":", 1)[1].split()
     except OSError:
         pass
+    if "avx512f" in flags:
+        cpu += " (AVX-512)"
+    elif "avx2" in flags:
+        cpu += " (AVX2, no AVX-512)"
     import os
 
     return {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform(), "python": platform.python_version(),
