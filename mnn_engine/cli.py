@@ -30,11 +30,12 @@ def _print_json(data: Any) -> None:
 
 
 def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
+    """Bytes in IEC units (KiB, MiB, GiB), as everywhere in mnn-engine."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n:.1f} GB"
+    return f"{n:.1f} GiB"
 
 
 def _progress_bar(stream=sys.stderr) -> Callable[[int, int, str], None]:
@@ -172,10 +173,32 @@ def _load_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {field: value for field, value in given.items() if value is not None}
 
 
+def _line_history(store: ModelStore, model_id: str | None) -> Callable[[], None]:
+    """Line editing and a per-model input history for ``chat`` (stdlib
+    readline, where the platform has it); returns what saves the history."""
+    try:
+        import readline
+    except ImportError:  # pragma: no cover - e.g. Windows
+        return lambda: None
+    path = store.root / "history" / f"{model_id or 'model-dirs'}.txt"
+    readline.set_history_length(1000)
+    with contextlib.suppress(OSError):
+        readline.read_history_file(path)
+
+    def save() -> None:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            readline.write_history_file(path)
+
+    return save
+
+
 def _chat(args: argparse.Namespace) -> int:
     engine = Engine()
+    save_history: Callable[[], None] = lambda: None  # noqa: E731
     try:
         engine.load(args.model, **_load_overrides(args))
+        save_history = _line_history(engine.store, engine.active_model_id)
         messages: list[dict[str, str]] = []
         if args.system:
             messages.append({"role": "system", "content": args.system})
@@ -203,6 +226,7 @@ def _chat(args: argparse.Namespace) -> int:
                 sys.stdout.write(" [stopped]")
             sys.stdout.write("\n")
             messages.append({"role": "assistant", "content": "".join(reply)})
+            save_history()
             dropped = engine.last_result.dropped_messages if engine.last_result is not None else 0
             if dropped:  # the conversation outgrew the context: its oldest turns are gone for good
                 system = 1 if args.system else 0
@@ -301,7 +325,7 @@ def _serve(args: argparse.Namespace) -> int:
 
         serve_forever(engine, host=host, port=args.port, api_key=key,
                       max_body_bytes=int(args.max_body_mb * 1024 * 1024), allow_file_urls=args.allow_file_urls,
-                      on_ready=ready, sockets=sockets, cors_origins=args.cors_origin)
+                      on_ready=ready, sockets=sockets, cors_origins=args.cors_origin, access_log=args.access_log)
     finally:
         for sock in sockets:
             sock.close()
@@ -326,7 +350,7 @@ def _body_mb(text: str) -> float:
     except ValueError:
         size = math.nan
     if not (math.isfinite(size) and 0 < size <= 1024):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size in MB from 0 to 1024")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size in MiB from 0 to 1024")
     return size
 
 
@@ -409,7 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="let web pages from ORIGIN (e.g. http://localhost:3000; * for any) call the API; "
                         "repeatable. By default only the server's own page can")
-    p.add_argument("--max-body-mb", type=_body_mb, default=8.0, help="largest request body (default 8 MB)")
+    p.add_argument("--access-log", action="store_true", help="log a line per HTTP request")
+    p.add_argument("--max-body-mb", type=_body_mb, default=8.0, help="largest request body in MiB (default 8)")
     p.add_argument("--allow-file-urls", action="store_true", help="accept file:// image URLs (local files)")
     _add_load_options(p)
     p.set_defaults(func=_serve)

@@ -248,7 +248,14 @@ class ModelStore:
             with contextlib.suppress(MnnEngineError):
                 if self.exists(text):
                     return text, self.path(text)
-        path = resolve_config_path(text).parent
+        try:
+            path = resolve_config_path(text).parent
+        except MnnEngineError as exc:
+            if not Path(text).expanduser().exists() and "/" not in text:
+                raise MnnEngineError("model_not_found", f"{text!r} is neither a model in the store nor a model "
+                                     "directory: `python -m mnn_engine models list` shows the store",
+                                     param="model") from exc
+            raise
         with contextlib.suppress(ValueError):
             relative = path.resolve().relative_to(self.models_dir.resolve())
             if len(relative.parts) == 1:
@@ -299,14 +306,18 @@ class ModelStore:
         validate_model_dir(src)
         new_id = check_model_id(model_id) if model_id is not None else model_id_from_name(src.resolve().name)
         if self.exists(new_id) and not replace:
-            raise MnnEngineError("model_exists", f"a model {new_id!r} is already in the store", param="model_id")
+            raise MnnEngineError("model_exists", f"a model {new_id!r} is already in the store (replace it with "
+                                 "--replace / replace=True, or pick another ID with --id / model_id=)",
+                                 param="model_id")
         with self._changing(new_id, "import", busy_code="model_exists" if not replace else "model_in_use"):
             return self._import_locked(src, new_id, replace, progress)
 
     def _import_locked(self, src: Path, new_id: str, replace: bool, progress: ProgressCallback | None) -> ModelInfo:
         final = self.models_dir / new_id
         if (final / CONFIG_NAME).is_file() and not replace:
-            raise MnnEngineError("model_exists", f"a model {new_id!r} is already in the store", param="model_id")
+            raise MnnEngineError("model_exists", f"a model {new_id!r} is already in the store (replace it with "
+                                 "--replace / replace=True, or pick another ID with --id / model_id=)",
+                                 param="model_id")
         if final.exists() and src.resolve() == final.resolve():
             raise MnnEngineError("invalid_argument", "the source is the stored model itself", param="source")
         self.models_dir.mkdir(parents=True, exist_ok=True)

@@ -138,3 +138,38 @@ def test_installed_build_info_matches_the_extension():
                   Path(mnn_engine._mnn.__file__).parent / "_build_info.json"]
     path = next(p for p in candidates if p.is_file())
     assert json.loads(path.read_text()) == mnn_engine.build_info()
+
+
+def test_unknown_model_says_what_to_do(home):
+    result = cli(home, "generate", "nosuchid", "hi")
+    assert result.returncode == 2
+    assert "neither a model in the store nor a model directory" in result.stderr and "models list" in result.stderr
+
+
+def test_model_exists_names_the_way_out(home):
+    assert cli(home, "models", "import", str(test_model_dir("tiny"))).returncode == 0
+    again = cli(home, "models", "import", str(test_model_dir("tiny")))
+    assert again.returncode == 2 and "--replace" in again.stderr and "--id" in again.stderr
+
+
+def test_sizes_are_iec(home):
+    cli(home, "models", "import", str(test_model_dir("tiny")))
+    listing = cli(home, "models", "list").stdout
+    assert "MiB" in listing and " MB" not in listing
+
+
+def test_chat_keeps_a_line_history_per_model(home):
+    cli(home, "models", "import", str(test_model_dir("tiny-scripted")), "--id", "scripted")
+    env = {**os.environ, "MNN_ENGINE_HOME": str(home), "TERM": "dumb"}
+    child = pexpect.spawn(sys.executable, ["-m", "mnn_engine", "chat", "scripted", "--temperature", "0",
+                                           "--max-tokens", "4"], env=env, encoding="utf-8", timeout=60, cwd="/")
+    try:
+        child.expect_exact("you> ")
+        child.sendline("first question")
+        child.expect_exact("you> ")
+        child.sendeof()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    history = (home / "history" / "scripted.txt").read_text()
+    assert "first question" in history

@@ -523,3 +523,15 @@ def test_stdlib_json_fallback_without_orjson():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+@pytest.mark.parametrize("access_log", [False, True])
+def test_access_log_only_when_asked(tmp_path, caplog, access_log):
+    live = Live(tmp_path, "tiny", access_log=access_log)
+    try:
+        with caplog.at_level("INFO", logger="tornado.access"):
+            assert live.request("GET", "/health")[0] == 200
+        lines = [r for r in caplog.records if r.name == "tornado.access"]
+        assert len(lines) == (1 if access_log else 0)
+    finally:
+        live.close()

@@ -63,6 +63,8 @@ class ServerContext:
     cors_origins: tuple[str, ...] = ()
     #: Bound to loopback: refuse requests whose Host is not a loopback name (DNS rebinding).
     loopback_only: bool = True
+    #: A log line per request (tornado.access); off by default, /health polls would fill the terminal.
+    access_log: bool = False
 
 
 def is_loopback_host(host: str) -> bool:
@@ -403,9 +405,11 @@ def make_app(ctx: ServerContext) -> tornado.web.Application:
         (r"/v1/models", ModelsHandler, {"ctx": ctx}),
         (r"/v1/chat/completions", ChatCompletionsHandler, {"ctx": ctx}),
     ]
+    settings: dict[str, Any] = {} if ctx.access_log else {"log_function": lambda handler: None}
     return tornado.web.Application(
         handlers,
         default_handler_class=NotFoundHandler,
         default_handler_args={"ctx": ctx},
         compress_response=False,
+        **settings,
     )

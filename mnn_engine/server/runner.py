@@ -146,7 +146,7 @@ def _url(sockets: list[socket.socket], host: str) -> str:
 
 async def _start(engine: Engine, host: str, port: int, api_key: str | None, max_body_bytes: int,
                  allow_file_urls: bool, sockets: list[socket.socket] | None = None,
-                 cors_origins: Sequence[str] = ()) -> RunningServer:
+                 cors_origins: Sequence[str] = (), access_log: bool = False) -> RunningServer:
     if api_key is not None and not api_key.strip():
         raise MnnEngineError("invalid_argument", "the API key is empty (None serves without authentication)",
                              param="api_key")
@@ -162,7 +162,7 @@ async def _start(engine: Engine, host: str, port: int, api_key: str | None, max_
         raise
     ctx = ServerContext(engine, api_key=api_key, max_body_bytes=max_body_bytes,
                         allow_file_urls=allow_file_urls, cors_origins=tuple(cors_origins),
-                        loopback_only=is_loopback_host(host))
+                        loopback_only=is_loopback_host(host), access_log=access_log)
     http = HTTPServer(make_app(ctx), max_body_size=2 * max_body_bytes + 1, idle_connection_timeout=120)
     limit = connection_limit()
     listeners = [Listener(sock, http, limit) for sock in sockets]
@@ -196,12 +196,14 @@ async def _stop(server: RunningServer) -> None:
 def serve_forever(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                   api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                   allow_file_urls: bool = False, on_ready: Any = None,
-                  sockets: list[socket.socket] | None = None, cors_origins: Sequence[str] = ()) -> None:
+                  sockets: list[socket.socket] | None = None, cors_origins: Sequence[str] = (),
+                  access_log: bool = False) -> None:
     """Serve until SIGINT or SIGTERM, then stop the server and unload the
     model. ``sockets``: already bound ones (``bind``), else host and port."""
 
     async def main() -> None:
-        server = await _start(engine, host, port, api_key, max_body_bytes, allow_file_urls, sockets, cors_origins)
+        server = await _start(engine, host, port, api_key, max_body_bytes, allow_file_urls, sockets, cors_origins,
+                              access_log)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(_stop(server)))
@@ -217,7 +219,8 @@ def serve_forever(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAU
 # ---------------------------------------------------------------- background
 def start_background_server(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                             api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                            allow_file_urls: bool = False, cors_origins: Sequence[str] = ()) -> str:
+                            allow_file_urls: bool = False, cors_origins: Sequence[str] = (),
+                            access_log: bool = False) -> str:
     """Run the server on its own thread and event loop; returns its URL once
     it listens (or raises, e.g. ``port_in_use``)."""
     ready = threading.Event()
@@ -227,7 +230,7 @@ def start_background_server(engine: Engine, *, host: str = DEFAULT_HOST, port: i
         async def main() -> None:
             try:
                 server = await _start(engine, host, port, api_key, max_body_bytes, allow_file_urls,
-                                      cors_origins=cors_origins)
+                                      cors_origins=cors_origins, access_log=access_log)
             except BaseException as exc:
                 outcome["error"] = exc
                 ready.set()

@@ -59,7 +59,7 @@ BIG_MODELS = ["qwen3-0.6b-shape"]
 def default_root() -> Path:
     env = os.environ.get("MNN_ENGINE_TEST_MODELS")
     if env:
-        return Path(env).expanduser()
+        return Path(env).expanduser().resolve()
     return Path.home() / ".cache" / "mnn-engine" / "test-models" / f"v{TOOL_VERSION}"
 
 
@@ -76,7 +76,8 @@ def run(*cmd: str | Path, logfile: Path | None = None) -> None:
         with open(logfile, "ab") as out:
             out.write(f"$ {' '.join(argv)}\n".encode())
             out.flush()
-            result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT)
+            # in the logs' directory: the exporter writes its own .export.log into the current one
+            result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, cwd=logfile.parent)
         if result.returncode:
             tail = logfile.read_text(errors="replace").splitlines()[-30:]
             raise SystemExit(f"command failed ({result.returncode}): {' '.join(argv)}\n" + "\n".join(tail))
