@@ -304,6 +304,8 @@ def _serve(args: argparse.Namespace) -> int:
     from .server.runner import bind, serve_forever
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # MNN's chatter stays in engine.logs, off the terminal
+        handler.addFilter(lambda record: record.name != "mnn_engine.mnn" or record.levelno >= logging.WARNING)
     host = "0.0.0.0" if args.all_interfaces else args.host
     key = _api_key(args)
     engine = Engine()

@@ -46,8 +46,7 @@ def _emit(text: str) -> list[str]:
     lines = [line.rstrip() for line in text.splitlines() if line.strip()]
     for line in lines:
         lowered = line.lower()
-        # MNN's chatter ("Start to Convert...", its CPU line) is debug detail; its failures are warnings
-        level = logging.WARNING if any(w in lowered for w in _WARNING_WORDS) else logging.DEBUG
+        level = logging.WARNING if any(w in lowered for w in _WARNING_WORDS) else logging.INFO
         log.log(level, "%s", line)
     return lines
 
