@@ -7,8 +7,8 @@ the first load of each version of a model's files, with each engine build,
 runs in a child process that loads the model and exercises the tokenizer, the
 chat template and one forward. A crash there becomes ``invalid_model`` naming
 the stage and the files, and the parent lives. A verdict is remembered (a
-marker keyed by the files' sizes and modification times and by the engine's
-identity), so later loads do not pay for it; with the same ``tmp_path`` the
+marker keyed by each file's identity, size and modification time and by the
+engine's identity), so later loads do not pay for it; with the same ``tmp_path`` the
 child also leaves MNN's prepared-weight cache warm for the parent's load.
 """
 

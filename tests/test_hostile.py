@@ -145,12 +145,10 @@ def test_cli_refuses_bad_values_cleanly(tmp_path, args):
 
 
 def test_serve_reports_a_port_in_use_before_loading(tmp_path, server):
-    started = time.monotonic()
     result = _cli("serve", str(test_model_dir("smollm2-135m")), "--port", str(server.port),
                   env={"MNN_ENGINE_HOME": str(tmp_path)})
     assert result.returncode == 2 and "port_in_use" in result.stderr
-    assert "loaded" not in result.stderr, result.stderr
-    assert time.monotonic() - started < 60
+    assert "loaded" not in result.stderr, result.stderr  # refused before the model was loaded
 
 
 def test_empty_api_key_is_refused(tmp_path):

@@ -43,7 +43,6 @@ def test_turns_reuse_the_history(smollm):
             previous = len(smollm.prompt_ids(prompt[:-2]))
             assert cached.cached_tokens == previous
             assert cached.usage["prompt_tokens_details"]["cached_tokens"] == previous
-            assert cached.prefill_ms < cached.total_ms
         assert smollm.held_tokens == len(smollm.prompt_ids(prompt))
 
 

@@ -203,6 +203,8 @@ def main() -> int:
         proc.kill()
         proc.wait()
         kills += 1
+    models = home / "models"  # what the kills left, before an import or a listing cleans it up
+    half = [p.name for p in models.iterdir() if p.name.startswith(".")] if models.is_dir() else []
     done = subprocess.run([sys.executable, "-m", "mnn_engine", "models", "import", big, "--id", "after-kills"],
                           env=store_env, capture_output=True, text=True, cwd="/")
     if done.returncode != 0:
@@ -214,15 +216,13 @@ def main() -> int:
                                 "2"], env=store_env, capture_output=True, text=True, cwd="/")
         if check.returncode != 0:
             lost.append(f"model {entry['id']} listed but does not load: {check.stderr[-300:]}")
-    half = [p.name for p in (home / "models").iterdir() if p.name.startswith(".")] if (home / "models").is_dir() \
-        else []
-    server = Server(home, model)  # starts again after all of it; the next start removes leftovers
+    server = Server(home, model)  # serves again after all of it
     server.chat(stream=False)
     server.stop()
-    leftovers = [p.name for p in (home / "models").iterdir() if p.name.startswith(".")]
+    leftovers = [p.name for p in models.iterdir() if p.name.startswith(".")]
     rows.append(("kill -9 during import/load", kills, len(lost),
                  f"then an import: {len(listed)} complete model(s) listed, all load; staging dirs left by the "
-                 f"kills: {len(half)}, after the next start: {len(leftovers)}"))
+                 f"kills: {len(half)}, after the next import: {len(leftovers)}"))
 
     print(f"{'phase':30} {'requests':>9} {'errors':>7}  note")
     for phase, n, errors, note in rows:
