@@ -164,7 +164,8 @@ def _info(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- generation
 _LOAD_FLAGS = {"backend": "backend", "use_mmap": "mmap", "precision": "precision", "threads": "threads",
-               "dynamic_option": "dynamic_option", "quant_qkv": "kv_quant", "context_length": "context_length"}
+               "dynamic_option": "dynamic_option", "quant_qkv": "kv_quant", "context_length": "context_length",
+               "prompt_cache": "prompt_cache"}
 
 
 def _load_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -197,7 +198,8 @@ def _chat(args: argparse.Namespace) -> int:
     engine = Engine()
     save_history: Callable[[], None] = lambda: None  # noqa: E731
     try:
-        engine.load(args.model, **_load_overrides(args))
+        # a chat reuses its history's KV cache unless told not to (see the README on its drift)
+        engine.load(args.model, **{"prompt_cache": True, **_load_overrides(args)})
         save_history = _line_history(engine.store, engine.active_model_id)
         messages: list[dict[str, str]] = []
         if args.system:
@@ -371,6 +373,9 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context-length", type=int, default=None, metavar="N",
                         help="tokens of context (prompt + answer; MNN's max_all_tokens); fewer bounds the KV "
                              "cache's memory (default: the model's config)")
+    parser.add_argument("--prompt-cache", action=argparse.BooleanOptionalAction, default=None,
+                        help="keep the KV cache between generations and prefill only what changed "
+                             "(default: on for chat, off otherwise; outputs may differ slightly from a fresh prefill)")
 
 
 def _add_sampling(parser: argparse.ArgumentParser, max_tokens: int) -> None:

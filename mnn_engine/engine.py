@@ -57,7 +57,9 @@ class LoadOptions:
     1 and 2: quantised keys, faster decode, slightly different outputs; in
     MNN 3.6.1 both give the same results). Modes 3 and 4 are refused: with
     MNN 3.6.1 mode 3 produces garbage text on real models and mode 4
-    corrupts the heap on Qwen3-shaped ones."""
+    corrupts the heap on Qwen3-shaped ones. ``prompt_cache`` keeps the KV cache
+    between generations (``Llm(prompt_cache=...)``; off by default, see the README).
+    """
 
     backend: str = "cpu"
     use_mmap: bool = True
@@ -66,6 +68,7 @@ class LoadOptions:
     dynamic_option: int | None = None
     quant_qkv: int | None = None
     context_length: int | None = None
+    prompt_cache: bool = False
 
     def validate(self) -> LoadOptions:
         if self.backend not in BACKENDS:
@@ -74,8 +77,9 @@ class LoadOptions:
             raise invalid("precision", f"must be low or high (got {self.precision!r})")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 1 <= self.threads <= MAX_THREADS:
             raise invalid("threads", f"must be an integer from 1 to {MAX_THREADS} (got {self.threads!r})")
-        if not isinstance(self.use_mmap, bool):
-            raise invalid("use_mmap", "must be true or false")
+        for name in ("use_mmap", "prompt_cache"):
+            if not isinstance(getattr(self, name), bool):
+                raise invalid(name, "must be true or false")
         if self.dynamic_option is not None and (isinstance(self.dynamic_option, bool)
                                                 or self.dynamic_option not in range(9)):
             raise invalid("dynamic_option", f"must be an integer from 0 to 8 (got {self.dynamic_option!r})")
@@ -232,7 +236,7 @@ class Engine:
             self._set_model_state("loading")
             try:
                 cache_dir = self.store.prepared_cache(model_id, path)
-                llm = Llm(path, **opts.mnn_config(cache_dir))
+                llm = Llm(path, prompt_cache=opts.prompt_cache, **opts.mnn_config(cache_dir))
                 llm.load()  # includes the warm-up forward
             except MnnEngineError as exc:
                 if lock is not None:

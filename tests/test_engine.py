@@ -36,7 +36,7 @@ def _codes(action) -> str:
 # ---------------------------------------------------------------- options and backends
 @pytest.mark.parametrize("options", [
     {"threads": 0}, {"threads": 9}, {"threads": True}, {"threads": 2.5},
-    {"backend": "cuda"}, {"precision": "medium"}, {"use_mmap": "yes"}, {"dynamic_option": 9},
+    {"backend": "cuda"}, {"precision": "medium"}, {"use_mmap": "yes"}, {"prompt_cache": 1}, {"dynamic_option": 9},
     {"quant_qkv": 3}, {"quant_qkv": 4}, {"quant_qkv": True}, {"quant_qkv": -1},
 ])
 def test_load_options_are_validated(options):
@@ -72,9 +72,22 @@ def test_loaded_model_records_its_options(engine):
     model = engine.load("scripted", threads=2, precision="high")
     assert model["id"] == "scripted" and model["state"] == "loaded"
     assert model["options"] == {"backend": "cpu", "use_mmap": True, "precision": "high", "threads": 2,
-                                "dynamic_option": None, "quant_qkv": None, "context_length": None}
+                                "dynamic_option": None, "quant_qkv": None, "context_length": None,
+                                "prompt_cache": False}
     assert engine.snapshot()["engine"] == "ready"
     assert engine.store.cache_path("scripted").is_dir()  # MNN's tmp_path lives in the store
+
+
+def test_prompt_cache_load_option(engine):
+    engine.load("scripted", threads=1, prompt_cache=True)
+    chat = [*CHAT, {"role": "assistant", "content": SCRIPTED_TEXT}, {"role": "user", "content": "again"}]
+    first = engine.chat(CHAT, temperature=0)
+    second = engine.chat(chat, temperature=0)
+    assert first.cached_tokens == 0 and second.cached_tokens == len(engine.llm.prompt_ids(CHAT))
+    assert engine.snapshot()["model"]["prompt_cache_tokens"] == len(engine.llm.prompt_ids(chat))
+    engine.load("scripted", threads=1)  # off by default
+    engine.chat(CHAT, temperature=0)
+    assert engine.chat(chat, temperature=0).cached_tokens == 0
 
 
 @pytest.mark.parametrize("quant_qkv", [0, 1, 2])

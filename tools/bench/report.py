@@ -195,6 +195,26 @@ def conversation_section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def threads_section(data: dict[str, Any]) -> list[str]:
+    lines = ["## Default threads (`tools/bench/threads.py`)", "",
+             "Every thread count the process may use, one loaded model each, generations interleaved; medians.", "",
+             "| model | threads: decode / prefill tok/s | default | fastest | default / fastest decode |",
+             "|---|---|---|---|---|"]
+    for model, info in data["models"].items():
+        cells = ", ".join(f"{n}: {tps:.1f} / {info['prefill_tps'][n]:.0f}" for n, tps in info["decode_tps"].items())
+        lines.append(f"| {model} | {cells} | {info['default']} | {info['best']} | {info['default_vs_best']:.3f}x |")
+    return lines
+
+
+def cache_exactness_section(data: dict[str, Any]) -> list[str]:
+    lines = ["## Prompt cache: where a kept prefill is exact (`tools/bench/cache_exactness.py`)", "",
+             f"{data['model']}: K tokens prefilled and kept, then S more prefilled over them, against one fresh "
+             f"prefill of K + S (first token's top-5 log-probabilities). `.` identical, `x` different; S from "
+             f"{data['new_from']}. Identical in {data['identical']} of {data['splits']} splits.", "", "```"]
+    lines += [f"K={k:>4} {row}" for k, row in data["rows"].items()]
+    return [*lines, "```"]
+
+
 def targets_section(results: Path) -> list[str]:
     """Every target of the suite, met or missed, computed from the results."""
     rows: list[tuple[str, str, bool]] = []
@@ -254,6 +274,12 @@ def targets_section(results: Path) -> list[str]:
                       past["decode_ratio"] >= 0.98),
                      (f"{model}: peak RSS with the cache at most 10 MiB more", f"{rss['on'] - rss['off']:+.0f} MiB",
                       rss["on"] - rss["off"] <= 10)]
+    threads = load(results, "threads")
+    if threads:
+        for model, info in threads["models"].items():
+            rows.append((f"{model}: default threads / fastest count decode >= 0.95",
+                         f"{info['default_vs_best']:.3f}x ({info['default']} vs {info['best']})",
+                         info["default_vs_best"] >= 0.95))
     lines = ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
     lines += [f"| {name} | {value} | {'yes' if ok else '**no**'} |" for name, value, ok in rows]
     return lines
@@ -267,7 +293,8 @@ def main() -> None:
     sections = [("loop", loop_section), ("http", http_section), ("memory", memory_section),
                 ("ceiling", ceiling_section), ("peers", peers_section), ("load", load_section),
                 ("kv_quality", kv_quality_section), ("profile", profile_section),
-                ("conversation", conversation_section)]
+                ("conversation", conversation_section), ("cache_exactness", cache_exactness_section),
+                ("threads", threads_section)]
     machine = None
     body: list[str] = []
     for name, render in sections:
