@@ -20,8 +20,7 @@ from .llm import GenerationResult, Llm, ScoreResult, TokenLogprob
 from .models import ModelInfo, ModelStore, model_id_from_name
 from .sampling import GenerationConfig
 from .state import Event, LogEntry
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "ERROR_CODES",

@@ -42,6 +42,13 @@ ERROR_CODES: dict[str, ErrorKind] = {
     "busy": ErrorKind(429, "rate_limit_error", "A generation is already running."),
     "generation_cancelled": ErrorKind(503, "server_error", "The generation was cancelled on the server."),
     "generation_failed": ErrorKind(500, "server_error", "The engine failed during generation."),
+    "pull_failed": ErrorKind(502, "server_error", "Downloading the model from its source failed."),
+    "pull_unauthorized": ErrorKind(401, "authentication_error", "The model's source refused access."),
+    "pull_corrupt": ErrorKind(502, "server_error", "A downloaded file does not match its source's hash."),
+    "pull_busy": ErrorKind(409, "invalid_request_error", "Another pull of that model is running."),
+    "invalid_manifest": ErrorKind(422, "invalid_request_error", "The model manifest is malformed."),
+    "engine_too_old": ErrorKind(422, "invalid_request_error", "The model needs a newer mnn-engine or MNN."),
+    "disk_full": ErrorKind(507, "server_error", "Not enough disk space for the model."),
     "internal_error": ErrorKind(500, "server_error", "An unexpected failure inside mnn_engine."),
 }
 

@@ -6,6 +6,8 @@ Layout under the store root (``$MNN_ENGINE_HOME``, else
     models/<id>/          one complete MNN model directory per model ID
     models/.import-*      an import in progress (never listed; removed when stale)
     cache/<id>/           MNN's tmp_path for that model (mmap and GPU caches)
+    previous/<id>/        the version a pull --update replaced (mnn_engine.hub.pull)
+    downloads/<id>/       a pull in progress (mnn_engine.hub.pull)
 
 An import validates the source, copies it into a hidden directory inside the
 store and renames it into place, so a crash or kill mid-copy never leaves a
@@ -42,6 +44,8 @@ from .model_files import (
 MAX_ID_LENGTH = 96
 _IMPORT_PREFIX = ".import-"
 _TRASH_PREFIX = ".trash-"
+#: in a pulled model's directory: where it came from (mnn_engine.hub.pull)
+SOURCE_FILE = ".source.json"
 
 #: progress(copied_bytes, total_bytes, current_file)
 ProgressCallback = Callable[[int, int, str], None]
@@ -87,6 +91,10 @@ class ModelInfo:
     files: tuple[str, ...]
     is_visual: bool
     created: float
+    #: a pulled model's source, repository, revision and commit (None: imported)
+    source: dict[str, Any] | None = None
+    #: the version a pull --update replaced, kept for ``rollback``: its size and revision
+    previous: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -127,6 +135,11 @@ def _tree_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file())
 
 
+def _model_files(root: Path) -> list[Path]:
+    """A stored model's own files (not the store's note of where it came from)."""
+    return [f for f in _tree_files(root) if f.name != SOURCE_FILE]
+
+
 def _dir_size(root: Path) -> int:
     total = 0
     for path in root.rglob("*"):
@@ -134,6 +147,14 @@ def _dir_size(root: Path) -> int:
             if path.is_file() and not path.is_symlink():
                 total += path.stat().st_size
     return total
+
+
+def read_source(model_dir: Path) -> dict[str, Any] | None:
+    """Where a pulled model came from (None for an imported one)."""
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads((model_dir / SOURCE_FILE).read_text())
+        return data if isinstance(data, dict) else None
+    return None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -192,6 +213,10 @@ class ModelStore:
     def cache_path(self, model_id: str) -> Path:
         return self.cache_dir / check_model_id(model_id)
 
+    def previous_path(self, model_id: str) -> Path:
+        """Where the version a pull --update replaced is kept."""
+        return self.root / "previous" / check_model_id(model_id)
+
     def prepared_cache(self, model_id: str | None, model_dir: Path) -> Path:
         """MNN's ``tmp_path`` for a model (by store ID, else by its directory's
         path), emptied if the model's files changed since it was filled."""
@@ -212,7 +237,13 @@ class ModelStore:
         return self._info(model_id, path)
 
     def _info(self, model_id: str, path: Path) -> ModelInfo:
-        files = _tree_files(path)
+        files = _model_files(path)
+        previous = self.previous_path(model_id)
+        kept = None
+        if (previous / CONFIG_NAME).is_file():
+            source = read_source(previous) or {}
+            kept = {"size_bytes": sum(f.stat().st_size for f in _model_files(previous)),
+                    "revision": source.get("commit"), "path": str(previous)}
         try:
             is_visual = bool(read_config(path / CONFIG_NAME).get("is_visual", False))
         except MnnEngineError:
@@ -225,6 +256,8 @@ class ModelStore:
             files=tuple(str(f.relative_to(path)) for f in files),
             is_visual=is_visual,
             created=path.stat().st_mtime,
+            source={k: v for k, v in (read_source(path) or {}).items() if k != "files"} or None,
+            previous=kept,
         )
 
     def list(self) -> list[ModelInfo]:
@@ -248,6 +281,10 @@ class ModelStore:
             with contextlib.suppress(MnnEngineError):
                 if self.exists(text):
                     return text, self.path(text)
+            with contextlib.suppress(MnnEngineError):  # a catalog name: qwen3-0.6b is stored as qwen3-0-6b
+                slug = model_id_from_name(text)
+                if not Path(text).exists() and self.exists(slug):
+                    return slug, self.path(slug)
         try:
             path = resolve_config_path(text).parent
         except MnnEngineError as exc:
@@ -277,7 +314,7 @@ class ModelStore:
                                  param="model") from exc
 
     @contextlib.contextmanager
-    def _changing(self, model_id: str, action: str, busy_code: str = "model_in_use") -> Iterator[None]:
+    def changing(self, model_id: str, action: str, busy_code: str = "model_in_use") -> Iterator[None]:
         """An exclusive lock on a model for a change, refused at once while
         it is loaded here or in another process, or being changed."""
         if self.in_use(model_id):
@@ -309,7 +346,7 @@ class ModelStore:
             raise MnnEngineError("model_exists", f"a model {new_id!r} is already in the store (replace it with "
                                  "--replace / replace=True, or pick another ID with --id / model_id=)",
                                  param="model_id")
-        with self._changing(new_id, "import", busy_code="model_exists" if not replace else "model_in_use"):
+        with self.changing(new_id, "import", busy_code="model_exists" if not replace else "model_in_use"):
             return self._import_locked(src, new_id, replace, progress)
 
     def _import_locked(self, src: Path, new_id: str, replace: bool, progress: ProgressCallback | None) -> ModelInfo:
@@ -386,12 +423,14 @@ class ModelStore:
     def rename(self, old_id: str, new_id: str) -> ModelInfo:
         self.get(old_id)
         check_model_id(new_id)
-        with self._changing(old_id, "rename"), self._changing(new_id, "rename to", busy_code="model_exists"):
+        with self.changing(old_id, "rename"), self.changing(new_id, "rename to", busy_code="model_exists"):
             info = self.get(old_id)
             if self.exists(new_id):
                 raise MnnEngineError("model_exists", f"a model {new_id!r} is already in the store", param="new_id")
             target = self.models_dir / new_id
             Path(info.path).rename(target)
+            if self.previous_path(old_id).exists():
+                self.previous_path(old_id).rename(self.previous_path(new_id))
             old_cache = self.cache_dir / old_id
             if old_cache.exists():
                 shutil.rmtree(old_cache, ignore_errors=True)
@@ -399,13 +438,33 @@ class ModelStore:
 
     def delete(self, model_id: str) -> None:
         self.get(model_id)
-        with self._changing(model_id, "delete"):
+        with self.changing(model_id, "delete"):
             info = self.get(model_id)
             trash = self.models_dir / f"{_TRASH_PREFIX}{model_id}-{uuid.uuid4().hex[:8]}"
             Path(info.path).rename(trash)  # disappears from listings at once
             shutil.rmtree(trash, ignore_errors=True)
             shutil.rmtree(self.cache_dir / model_id, ignore_errors=True)
+            shutil.rmtree(self.previous_path(model_id), ignore_errors=True)
             self.preset_path(model_id).unlink(missing_ok=True)
+
+    def pull(self, spec: str, *, model_id: str | None = None, revision: str | None = None,
+             source: str | None = None, update: bool = False, progress: ProgressCallback | None = None,
+             **options: Any) -> ModelInfo:
+        """Download a model into the store: a catalog name (``qwen3-0.6b``),
+        ``hf:ORG/NAME``, ``modelscope:ORG/NAME`` or a manifest URL. Resumes,
+        verifies every file and activates atomically; ``update`` fetches a
+        newer revision of a stored model and keeps the old one for
+        ``rollback``. See ``mnn_engine.hub.pull``."""
+        from .hub.pull import pull
+
+        return pull(self, spec, model_id=model_id, revision=revision, source=source, update=update,
+                    progress=progress, **options)
+
+    def rollback(self, model_id: str) -> ModelInfo:
+        """Swap a model with the version its last update replaced."""
+        from .hub.pull import rollback
+
+        return rollback(self, model_id)
 
     # ---------------------------------------------------------------- caches
     def cache_info(self, model_id: str | None = None) -> dict[str, int]:
@@ -423,7 +482,7 @@ class ModelStore:
         targets = [model_id] if model_id is not None else list(self.cache_info())
         with contextlib.ExitStack() as locks:
             for target in targets:
-                locks.enter_context(self._changing(target, "clear the cache of"))
+                locks.enter_context(self.changing(target, "clear the cache of"))
             freed = 0
             for target in targets:
                 path = self.cache_path(target)

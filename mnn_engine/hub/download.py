@@ -1,0 +1,144 @@
+"""One file from a model's source onto disk: streamed in bounded memory,
+resumed from the bytes already there, retried with backoff, and checked
+against the source's hash before it is given its real name."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import http.client
+import os
+import time
+import urllib.error
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import MnnEngineError
+from .sources import RemoteFile, open_url
+
+CHUNK = 1 << 20
+PART_SUFFIX = ".part"
+RETRIES = 5
+#: seconds before each retry (the last repeats)
+BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+_DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+#: on_bytes(count) is told of every chunk written
+ByteCallback = Callable[[int], None]
+
+
+class _Hasher:
+    """SHA-256, or git's blob SHA-1 (``blob <size>\\0`` then the bytes)."""
+
+    def __init__(self, remote: RemoteFile) -> None:
+        if remote.sha256:
+            self.h, self.expected = hashlib.sha256(), remote.sha256
+        else:
+            self.h, self.expected = hashlib.sha1(f"blob {remote.size}\0".encode()), remote.git_sha1
+        self.kind = "SHA-256" if remote.sha256 else "git SHA-1"
+
+    def update(self, data: bytes) -> None:
+        self.h.update(data)
+
+    def matches(self) -> bool:
+        return self.h.hexdigest() == self.expected
+
+
+def _hash_existing(part: Path, hasher: _Hasher, limit: int) -> int:
+    """Feed what a previous attempt left into the hash; its length."""
+    done = 0
+    with open(part, "rb") as reader:
+        while done < limit and (chunk := reader.read(min(CHUNK, limit - done))):
+            hasher.update(chunk)
+            done += len(chunk)
+    return done
+
+
+def download(remote: RemoteFile, dest: Path, headers: dict[str, str], source: str, *,
+             on_bytes: ByteCallback | None = None, backoff: tuple[float, ...] = BACKOFF_S) -> int:
+    """Download ``remote`` to ``dest`` (via ``dest.part``); returns the bytes
+    fetched over the network in this call. A finished, verified ``dest`` is
+    kept as it is."""
+    if dest.is_file() and dest.stat().st_size == remote.size:
+        return 0
+    part = dest.with_name(dest.name + PART_SUFFIX)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    hasher = _Hasher(remote)
+    have = 0
+    if part.is_file():
+        if part.stat().st_size > remote.size:
+            part.unlink()
+        else:
+            have = _hash_existing(part, hasher, remote.size)
+            if on_bytes and have:
+                on_bytes(have)
+    fetched = 0
+    attempt = 0
+    while have < remote.size:
+        try:
+            got = _fetch_range(remote, part, have, hasher, headers, source, on_bytes)
+            have += got
+            fetched += got
+            if got == 0:
+                raise ConnectionError("the source sent no bytes")
+        except _Restart:
+            part.unlink(missing_ok=True)
+            hasher, have = _Hasher(remote), 0
+        except (OSError, http.client.HTTPException, _Transient) as exc:
+            if isinstance(exc, OSError) and exc.errno in _DISK_ERRORS:
+                raise MnnEngineError("disk_full", f"{remote.path}: the disk is full ({os.strerror(exc.errno)}); "
+                                     "free space and pull again: it resumes", param="files") from exc
+            attempt += 1
+            if attempt > RETRIES:
+                raise MnnEngineError("pull_failed", f"{remote.path}: {exc} (after {RETRIES} retries; pull again "
+                                     "to resume)", param="files") from exc
+            time.sleep(backoff[min(attempt - 1, len(backoff) - 1)])
+            have = part.stat().st_size if part.is_file() else 0
+            hasher = _Hasher(remote)
+            if have:
+                _hash_existing(part, hasher, have)
+    if not part.exists():  # an empty file
+        part.touch()
+    if not hasher.matches():
+        part.unlink(missing_ok=True)
+        raise MnnEngineError("pull_corrupt", f"{remote.path}: its {hasher.kind} does not match the source's; "
+                             "the download was deleted", param="files")
+    os.replace(part, dest)
+    return fetched
+
+
+class _Restart(Exception):
+    """The source ignored the range: start the file over."""
+
+
+class _Transient(Exception):
+    """A failure worth retrying (5xx, a dropped connection)."""
+
+
+def _fetch_range(remote: RemoteFile, part: Path, start: int, hasher: _Hasher, headers: dict[str, str],
+                 source: str, on_bytes: ByteCallback | None) -> int:
+    extra = {"Range": f"bytes={start}-"} if start else {}
+    try:
+        response = open_url(remote.url, headers, what=remote.path, source=source, extra=extra)
+    except MnnEngineError as exc:
+        if exc.code == "pull_failed" and "HTTP 5" in exc.message:
+            raise _Transient(exc.message) from exc
+        raise
+    except (TimeoutError, urllib.error.URLError) as exc:
+        raise _Transient(str(getattr(exc, "reason", exc))) from exc
+    with response:
+        if start and response.status != 206:
+            raise _Restart()
+        written = 0
+        with open(part, "ab" if start else "wb") as writer:
+            while chunk := response.read(CHUNK):
+                if start + written + len(chunk) > remote.size:
+                    raise _Transient(f"the source sent more than {remote.size} bytes")
+                writer.write(chunk)
+                hasher.update(chunk)
+                written += len(chunk)
+                if on_bytes:
+                    on_bytes(len(chunk))
+            writer.flush()
+            os.fsync(writer.fileno())
+    return written

@@ -1,0 +1,228 @@
+"""Pull a model into the store: list it at its source, check the disk, fetch
+every file (resumable, verified, several at once), validate the model, then
+activate it in one rename, keeping the version it replaces for a rollback.
+
+Store layout added by pulls (beside ``models/`` and ``cache/``)::
+
+    downloads/<id>/       a pull in progress: finished files under their names,
+                          unfinished ones as <name>.part, and .pull.json
+    downloads/<id>.lock   held by the process pulling <id>
+    previous/<id>/        the version an update replaced (one), for rollback
+    models/<id>/.source.json   where a pulled model came from
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from pathlib import Path
+
+from ..build import build_info
+from ..errors import MnnEngineError
+from ..first_touch import check_in_child
+from ..model_files import CONFIG_NAME, model_files, validate_model_dir
+from ..models import SOURCE_FILE, ModelInfo, ModelLock, ModelStore, check_model_id, model_id_from_name, read_source
+from . import catalog
+from .download import BACKOFF_S, PART_SUFFIX, download
+from .sources import Listing, list_hf, list_manifest, list_modelscope
+
+PULL_FILE = ".pull.json"
+SOURCES = ("hf", "modelscope")
+#: space left free on the disk besides the model
+DISK_RESERVE = 64 << 20
+WORKERS = 3
+_REPO_SPEC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+#: progress(done_bytes, total_bytes, current_file)
+Progress = Callable[[int, int, str], None]
+
+
+class _Stopped(Exception):
+    """Another download of the same pull failed: stop this one."""
+
+
+def resolve_spec(spec: str, source: str | None) -> tuple[Callable[[str | None], Listing], str | None]:
+    """What ``spec`` names: a function listing it at a revision, and the
+    model ID it gets by default (None: from the manifest)."""
+    if source is not None and source not in SOURCES:
+        raise MnnEngineError("invalid_argument", f"source must be hf or modelscope (got {source!r})", param="source")
+    if spec.startswith(("http://", "https://")):
+        return (lambda _revision: list_manifest(spec)), None
+    for prefix in SOURCES:
+        if spec.startswith(prefix + ":"):
+            return _repo_lister(prefix, spec[len(prefix) + 1:]), model_id_from_name(spec.rsplit("/", 1)[-1])
+    entry = catalog.find(spec)
+    if entry is not None:
+        mnn = build_info()["mnn_version"]
+        if not entry.supported_by(mnn):
+            raise MnnEngineError("engine_too_old", f"{entry.name} needs MNN {entry.min_mnn} or newer; this build "
+                                 f"has MNN {mnn}", param="model")
+        chosen = source or "hf"
+        return _repo_lister(chosen, entry.repo(chosen)), model_id_from_name(entry.name)
+    if _REPO_SPEC.match(spec):
+        return _repo_lister(source or "hf", spec), model_id_from_name(spec.rsplit("/", 1)[-1])
+    raise MnnEngineError("model_not_found", f"{spec!r} is not in the catalog (`python -m mnn_engine models catalog` "
+                         "lists it), nor hf:ORG/NAME, modelscope:ORG/NAME or a manifest URL", param="model")
+
+
+def _repo_lister(source: str, repo: str) -> Callable[[str | None], Listing]:
+    if source == "hf":
+        return lambda revision: list_hf(repo, revision or "main")
+    return lambda revision: list_modelscope(repo, revision or "master")
+
+
+def pull(store: ModelStore, spec: str, *, model_id: str | None = None, revision: str | None = None,
+         source: str | None = None, update: bool = False, progress: Progress | None = None,
+         workers: int = WORKERS, backoff: tuple[float, ...] = BACKOFF_S) -> ModelInfo:
+    """Pull ``spec`` (a catalog name, ``hf:ORG/NAME``, ``modelscope:ORG/NAME``,
+    ``ORG/NAME`` or a manifest URL) into ``store``; see the module doc."""
+    lister, default_id = resolve_spec(spec, source)
+    if model_id is not None:
+        check_model_id(model_id)
+    if model_id is None and default_id is not None and store.exists(default_id) and not update:
+        return store.get(default_id)  # nothing to do: --update fetches a newer revision
+    listing = lister(revision)
+    if model_id is None:
+        model_id = default_id or model_id_from_name(listing.model_id or "")
+    if store.exists(model_id) and not update:
+        return store.get(model_id)
+    current = read_source(store.path(model_id)) if store.exists(model_id) else None
+    if current and current.get("repo") == listing.repo and current.get("commit") == listing.commit:
+        return store.get(model_id)  # already at that revision
+    work = store.root / "downloads" / model_id
+    try:
+        lock = ModelLock(work.with_name(model_id + ".lock"), exclusive=True)
+    except OSError as exc:
+        raise MnnEngineError("pull_busy", f"another process is pulling {model_id!r}; wait for it", param="model") \
+            from exc
+    with lock:
+        _prepare(work, listing)
+        _check_space(work, listing)
+        _fetch_all(work, listing, progress, workers, backoff)
+        _validate(work, listing)
+        (work / SOURCE_FILE).write_text(json.dumps({**listing.to_dict(), "name": listing.name,
+                                                    "pulled_at": time.time()}, indent=1))
+        _activate(store, model_id, work)
+    return store.get(model_id)
+
+
+def _prepare(work: Path, listing: Listing) -> None:
+    """Keep what an earlier pull of the same revision left; start over otherwise."""
+    record = json.dumps(listing.to_dict(), sort_keys=True)
+    with contextlib.suppress(OSError):
+        if (work / PULL_FILE).read_text() != record:
+            shutil.rmtree(work)
+    if work.exists() and not (work / PULL_FILE).is_file():
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / PULL_FILE).write_text(record)
+
+
+def _on_disk(work: Path, path: str, size: int) -> int:
+    done = work / path
+    if done.is_file() and done.stat().st_size == size:
+        return size
+    part = done.with_name(done.name + PART_SUFFIX)
+    return min(part.stat().st_size, size) if part.is_file() else 0
+
+
+def _check_space(work: Path, listing: Listing) -> None:
+    needed = sum(f.size - _on_disk(work, f.path, f.size) for f in listing.files)
+    free = shutil.disk_usage(work).free
+    if needed + DISK_RESERVE > free:
+        raise MnnEngineError("disk_full", f"{listing.repo} needs {needed / 2**20:.0f} MiB more and "
+                             f"{free / 2**20:.0f} MiB are free (with {DISK_RESERVE >> 20} MiB kept free) "
+                             f"on the disk of {work}", param="model")
+
+
+def _fetch_all(work: Path, listing: Listing, progress: Progress | None, workers: int,
+               backoff: tuple[float, ...]) -> None:
+    total = listing.total_bytes
+    done = [0]
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def fetch(index: int) -> None:
+        remote = listing.files[index]
+
+        def on_bytes(count: int) -> None:
+            if stop.is_set():
+                raise _Stopped()
+            with lock:
+                done[0] += count
+                if progress:
+                    progress(done[0], total, remote.path)
+
+        download(remote, work / remote.path, listing.headers, listing.source, on_bytes=on_bytes, backoff=backoff)
+        if remote.size == 0 and progress:
+            progress(done[0], total, remote.path)
+
+    if progress:
+        progress(0, total, "")
+    # the largest first, so the long file starts at once and the small ones fill in beside it
+    order = sorted(range(len(listing.files)), key=lambda i: -listing.files[i].size)
+    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="mnn-pull")
+    try:
+        futures = [pool.submit(fetch, i) for i in order]
+        finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for future in finished:
+            if future.exception() is not None and not isinstance(future.exception(), _Stopped):
+                raise future.exception()
+        for future in futures:
+            future.result()
+    except BaseException:
+        stop.set()  # Ctrl-C or a failed file: the others stop at their next chunk, their bytes kept
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    if progress:
+        progress(total, total, "")
+
+
+def _validate(work: Path, listing: Listing) -> None:
+    try:
+        config = validate_model_dir(work)
+        check_in_child(work / CONFIG_NAME, model_files(work / CONFIG_NAME, config), {})
+    except MnnEngineError as exc:
+        shutil.rmtree(work, ignore_errors=True)  # verified bytes of a model that does not load: nothing to resume
+        raise MnnEngineError("invalid_model", f"{listing.source}:{listing.repo} is not a usable MNN model: "
+                             f"{exc.message}", param="model") from exc
+
+
+def _activate(store: ModelStore, model_id: str, work: Path) -> None:
+    """One rename makes the new version the model; the old one becomes the previous version."""
+    with store.changing(model_id, "update"):
+        final = store.path(model_id)
+        previous = store.previous_path(model_id)
+        store.models_dir.mkdir(parents=True, exist_ok=True)
+        if final.exists():
+            previous.parent.mkdir(parents=True, exist_ok=True)
+            if previous.exists():
+                shutil.rmtree(previous)
+            final.rename(previous)
+            shutil.rmtree(store.cache_path(model_id), ignore_errors=True)
+        work.rename(final)
+        (final / PULL_FILE).unlink(missing_ok=True)  # kept until now: a refused activation resumes as finished
+
+
+def rollback(store: ModelStore, model_id: str) -> ModelInfo:
+    """Swap a model with its previous version (a second rollback swaps back)."""
+    with store.changing(model_id, "roll back"):
+        final, previous = store.path(model_id), store.previous_path(model_id)
+        if not (previous / CONFIG_NAME).is_file():
+            raise MnnEngineError("model_not_found", f"{model_id!r} has no previous version to roll back to",
+                                 param="model")
+        swap = previous.with_name(f".swap-{model_id}")
+        if swap.exists():
+            shutil.rmtree(swap)
+        final.rename(swap)
+        previous.rename(final)
+        swap.rename(previous)
+        shutil.rmtree(store.cache_path(model_id), ignore_errors=True)
+    return store.get(model_id)

@@ -1,0 +1,241 @@
+"""A model hub on loopback for the pull tests: the Hugging Face endpoints the
+client uses (revision info with file sizes and hashes, ``resolve`` with the
+hub's ETag / linked-etag / size / commit headers and Range requests), ModelScope's
+file list and download, and manifests; with faults to order."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tornado.httpserver
+import tornado.netutil
+import tornado.web
+
+CHUNK = 64 << 10
+LFS_MIN = 1024  # files from this size on are "LFS" files (SHA-256); smaller ones have a git blob id
+
+
+@dataclass
+class Repo:
+    commit: str
+    files: dict[str, bytes]
+
+
+@dataclass
+class Faults:
+    drop_after: dict[str, int] = field(default_factory=dict)  # path -> bytes sent before the connection drops (once)
+    corrupt: set[str] = field(default_factory=set)  # paths served with one byte flipped
+    statuses: dict[str, list[int]] = field(default_factory=dict)  # path -> statuses answered first
+    gated: dict[str, str] = field(default_factory=dict)  # repo -> the token that opens it
+    missing: set[str] = field(default_factory=set)  # paths listed but answered 404
+    delay_s: float = 0.0  # pause between chunks (a slow server)
+
+
+def git_blob_sha1(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def repo_from_dir(model_dir: Path, commit: str = "a" * 40, extra: dict[str, bytes] | None = None) -> Repo:
+    files = {str(p.relative_to(model_dir)): p.read_bytes() for p in sorted(model_dir.rglob("*")) if p.is_file()}
+    return Repo(commit, {**files, **(extra or {})})
+
+
+class FakeHub:
+    """Start with ``with FakeHub() as hub:``; ``hub.url`` is its base URL."""
+
+    def __init__(self) -> None:
+        self.hf: dict[str, Repo] = {}
+        self.modelscope: dict[str, Repo] = {}
+        self.manifests: dict[str, tuple[dict, dict[str, bytes]]] = {}
+        self.faults = Faults()
+        self.served: dict[str, int] = {}  # path -> bytes sent
+        self.ranges: list[tuple[str, str | None]] = []  # (path, Range header)
+        self.auth: list[str | None] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self.url = ""
+
+    # ---------------------------------------------------------------- lifecycle
+    def __enter__(self) -> FakeHub:
+        sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
+        self.url = f"http://127.0.0.1:{sockets[0].getsockname()[1]}"
+        self._thread = threading.Thread(target=self._run, args=(sockets,), daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _run(self, sockets) -> None:
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+        app = tornado.web.Application([
+            (r"/api/models/([^/]+/[^/]+)/revision/([^/]+)", _HfInfo, {"hub": self}),
+            (r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", _HfResolve, {"hub": self}),
+            (r"/api/v1/models/([^/]+/[^/]+)/repo/files", _MsFiles, {"hub": self}),
+            (r"/api/v1/models/([^/]+/[^/]+)/repo", _MsDownload, {"hub": self}),
+            (r"/manifests/([^/]+)\.json", _Manifest, {"hub": self}),
+            (r"/manifests/([^/]+)/(.+)", _ManifestFile, {"hub": self}),
+        ])
+        server = tornado.httpserver.HTTPServer(app)
+        server.add_sockets(sockets)
+        self._ready.set()
+        self._loop.run_forever()
+        server.stop()
+
+    # ---------------------------------------------------------------- content
+    def add_manifest(self, key: str, repo: Repo, **fields) -> str:
+        files = [{"path": p, "size": len(b), "sha256": hashlib.sha256(b).hexdigest(), "url": f"{key}/{p}"}
+                 for p, b in repo.files.items()]
+        manifest = {"format": "mnn-engine-manifest/1", "id": key, "version": repo.commit[:8],
+                    "files": files, **fields}
+        self.manifests[key] = (manifest, repo.files)
+        return f"{self.url}/manifests/{key}.json"
+
+
+class _Handler(tornado.web.RequestHandler):
+    def initialize(self, hub: FakeHub) -> None:
+        self.hub = hub
+
+    def _gate(self, repo: str) -> bool:
+        """Answer 401/403 for a gated repo without its token; True when answered."""
+        self.hub.auth.append(self.request.headers.get("Authorization"))
+        token = self.hub.faults.gated.get(repo)
+        if token is None or self.request.headers.get("Authorization") == f"Bearer {token}":
+            return False
+        self.set_status(403 if self.request.headers.get("Authorization") else 401)
+        self.set_header("X-Error-Code", "GatedRepo")
+        self.finish({"error": "Access to this model is restricted."})
+        return True
+
+    def _not_found(self, code: str) -> None:
+        self.set_status(404)
+        self.set_header("X-Error-Code", code)
+        self.finish({"error": code})
+
+    async def send_file(self, path: str, data: bytes, headers: dict[str, str]) -> None:
+        faults = self.hub.faults
+        planned = faults.statuses.get(path)
+        if planned:
+            self.set_status(planned.pop(0))
+            self.finish("try again")
+            return
+        if path in faults.missing:
+            self._not_found("EntryNotFound")
+            return
+        if path in faults.corrupt:
+            data = data[:len(data) // 2] + bytes([data[len(data) // 2] ^ 0xFF]) + data[len(data) // 2 + 1:]
+        start = 0
+        spec = self.request.headers.get("Range")
+        self.hub.ranges.append((path, spec))
+        if spec and spec.startswith("bytes=") and spec.endswith("-"):
+            start = int(spec[6:-1])
+            self.set_status(206)
+            self.set_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        for name, value in headers.items():
+            self.set_header(name, value)
+        self.set_header("Content-Length", str(len(data) - start))
+        self.set_header("Accept-Ranges", "bytes")
+        drop = faults.drop_after.pop(path, None)
+        end = len(data) if drop is None else min(len(data), start + drop)
+        pos = start
+        while pos < end:
+            chunk = data[pos:min(end, pos + CHUNK)]
+            self.write(chunk)
+            await self.flush()
+            self.hub.served[path] = self.hub.served.get(path, 0) + len(chunk)
+            pos += len(chunk)
+            if faults.delay_s:
+                await asyncio.sleep(faults.delay_s)
+        if drop is not None:
+            self.request.connection.stream.close()  # mid-file: the client sees a short read
+            return
+        self.finish()
+
+
+class _HfInfo(_Handler):
+    def get(self, repo: str, revision: str) -> None:
+        if self._gate(repo):
+            return
+        entry = self.hub.hf.get(repo)
+        if entry is None:
+            self.set_status(401)  # the hub hides whether a repository exists
+            self.set_header("X-Error-Code", "RepoNotFound")
+            self.finish({"error": "Repository not found"})
+            return
+        if revision not in ("main", entry.commit):
+            self._not_found("RevisionNotFound")
+            return
+        siblings = []
+        for path, data in entry.files.items():
+            item = {"rfilename": path, "size": len(data), "blobId": git_blob_sha1(data)}
+            if len(data) >= LFS_MIN:
+                item["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+            siblings.append(item)
+        self.finish({"id": repo, "sha": entry.commit, "siblings": siblings})
+
+
+class _HfResolve(_Handler):
+    async def get(self, repo: str, revision: str, path: str) -> None:
+        if self._gate(repo):
+            return
+        entry = self.hub.hf.get(repo)
+        if entry is None or revision not in ("main", entry.commit) or path not in entry.files:
+            self._not_found("EntryNotFound")
+            return
+        data = entry.files[path]
+        headers = {"X-Repo-Commit": entry.commit, "ETag": f'"{git_blob_sha1(data)}"'}
+        if len(data) >= LFS_MIN:
+            headers.update({"X-Linked-Etag": f'"{hashlib.sha256(data).hexdigest()}"', "X-Linked-Size": str(len(data))})
+        await self.send_file(path, data, headers)
+
+
+class _MsFiles(_Handler):
+    def get(self, repo: str) -> None:
+        if self._gate(repo):
+            return
+        entry = self.hub.modelscope.get(repo)
+        if entry is None:
+            self.finish({"Code": 404, "Message": "model not found", "Data": None})
+            return
+        files = [{"Path": p, "Name": p.rsplit("/", 1)[-1], "Size": len(b), "Sha256": hashlib.sha256(b).hexdigest(),
+                  "Type": "blob", "Revision": entry.commit} for p, b in entry.files.items()]
+        self.finish({"Code": 200, "Data": {"Files": files}})
+
+
+class _MsDownload(_Handler):
+    async def get(self, repo: str) -> None:
+        if self._gate(repo):
+            return
+        entry = self.hub.modelscope.get(repo)
+        path = self.get_argument("FilePath", "")
+        if entry is None or path not in entry.files:
+            self._not_found("NotFound")
+            return
+        await self.send_file(path, entry.files[path], {})
+
+
+class _Manifest(_Handler):
+    def get(self, name: str) -> None:
+        if name not in self.hub.manifests:
+            self._not_found("NotFound")
+            return
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(self.hub.manifests[name][0]))
+
+
+class _ManifestFile(_Handler):
+    async def get(self, name: str, path: str) -> None:
+        files = self.hub.manifests.get(name, ({}, {}))[1]
+        if path not in files:
+            self._not_found("NotFound")
+            return
+        await self.send_file(path, files[path], {})
