@@ -22,7 +22,8 @@ from . import __version__, jsonutil
 from .build import BACKENDS, backend_capabilities, build_info
 from .engine import PRECISIONS, Engine, LoadOptions, preset_options
 from .errors import MnnEngineError
-from .models import ModelInfo, ModelStore
+from .hub import catalog
+from .models import ModelInfo, ModelStore, model_id_from_name
 
 
 def _print_json(data: Any) -> None:
@@ -38,23 +39,34 @@ def _size(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
-def _progress_bar(stream=sys.stderr) -> Callable[[int, int, str], None]:
+def _progress_bar(verb: str = "importing", stream=sys.stderr) -> Callable[[int, int, str], None]:
+    """A one-line bar with the speed (over this run's bytes) and the time left."""
+    start = time.monotonic()
     last = [0.0]
+    first: list[int] = []
 
-    def show(copied: int, total: int, _name: str) -> None:
+    def show(done: int, total: int, _name: str) -> None:
         now = time.monotonic()
-        if copied < total and now - last[0] < 0.1:
+        if not first:
+            first.append(done)  # bytes a resumed pull already had do not count for the speed
+        if done < total and now - last[0] < 0.1:
             return
         last[0] = now
-        fraction = copied / total if total else 1.0
+        fraction = done / total if total else 1.0
         filled = int(fraction * 30)
-        stream.write(f"\rimporting [{'#' * filled}{'.' * (30 - filled)}] {fraction:4.0%} "
-                     f"{_size(copied)} / {_size(total)}")
-        if copied >= total:
+        speed = (done - first[0]) / max(now - start, 1e-3)
+        eta = f" {(total - done) / speed:4.0f} s left" if speed > 0 and done < total else ""
+        stream.write(f"\r{verb} [{'#' * filled}{'.' * (30 - filled)}] {fraction:4.0%} "
+                     f"{_size(done)} / {_size(total)}  {_size(int(speed))}/s{eta}   ")
+        if done >= total:
             stream.write("\n")
         stream.flush()
 
     return show
+
+
+def _show_progress(args: argparse.Namespace) -> bool:
+    return not getattr(args, "json", False) and (sys.stderr.isatty() or getattr(args, "progress", False))
 
 
 def _model_line(info: ModelInfo) -> str:
@@ -65,7 +77,7 @@ def _model_line(info: ModelInfo) -> str:
 # ---------------------------------------------------------------- models
 def _models_import(args: argparse.Namespace) -> int:
     store = ModelStore()
-    progress = None if args.json or (not sys.stderr.isatty() and not args.progress) else _progress_bar()
+    progress = _progress_bar() if _show_progress(args) else None
     info = store.import_model(args.path, model_id=args.id, replace=args.replace, progress=progress)
     if args.json:
         _print_json(info.to_dict())
@@ -93,10 +105,80 @@ def _models_info(args: argparse.Namespace) -> int:
     else:
         print(f"id        {info.id}\nname      {info.name}\npath      {info.path}\n"
               f"size      {_size(info.size_bytes)}\nvision    {'yes' if info.is_visual else 'no'}\n"
-              f"created   {time.strftime('%Y-%m-%d %H:%M', time.localtime(info.created))}\nfiles")
+              f"created   {time.strftime('%Y-%m-%d %H:%M', time.localtime(info.created))}")
+        if info.source:
+            print(f"source    {info.source['source']}:{info.source['repo']} at {info.source['commit']}")
+        if info.previous:
+            print(f"previous  revision {info.previous['revision'] or '-'}, {_size(info.previous['size_bytes'])} "
+                  "(models rollback restores it)")
+        print("files")
         for name in info.files:
             print(f"  {name}")
     return 0
+
+
+def _models_pull(args: argparse.Namespace) -> int:
+    store = ModelStore()
+    progress = _progress_bar("pulling") if _show_progress(args) else None
+    info = store.pull(args.spec, model_id=args.id, revision=args.revision, source=args.source, update=args.update,
+                      progress=progress)
+    if args.json:
+        _print_json(info.to_dict())
+    else:
+        revision = (info.source or {}).get("commit") or "-"
+        print(f"{info.id}: {_size(info.size_bytes)} at revision {revision[:12]} in {info.path}")
+    return 0
+
+
+def _models_catalog(args: argparse.Namespace) -> int:
+    store = ModelStore()
+    mnn = build_info()["mnn_version"]
+    rows = []
+    for entry in catalog.entries():
+        installed = store.exists(model_id_from_name(entry.name))
+        rows.append({**entry.to_dict(), "id": model_id_from_name(entry.name), "installed": installed,
+                     "supported": entry.supported_by(mnn)})
+    if args.json:
+        _print_json(rows)
+        return 0
+    for row in rows:
+        size = ("" if row["size_exact"] else "~") + _size(row["size_bytes"])
+        flags = " ".join(f for f, on in (("thinking", row["thinking"]), ("vision", row["vision"])) if on)
+        state = "installed" if row["installed"] else "" if row["supported"] else f"needs MNN {row['min_mnn']}"
+        print(f"{row['name']:<20} {row['parameters']:>5} {size:>10}  {flags:<16} {state}")
+    print(f"pull one with: python -m mnn_engine models pull NAME (this build has MNN {mnn})", file=sys.stderr)
+    return 0
+
+
+def _models_rollback(args: argparse.Namespace) -> int:
+    info = ModelStore().rollback(args.id)
+    print(f"{info.id} is back at revision {((info.source or {}).get('commit') or '-')[:12]}")
+    return 0
+
+
+def _pull_if_missing(args: argparse.Namespace) -> None:
+    """A catalog name not in the store yet is pulled before a load (asking
+    first when stdin is a terminal, unless --yes)."""
+    name = args.model
+    if not name or Path(name).expanduser().exists():
+        return
+    store = ModelStore()
+    with contextlib.suppress(MnnEngineError):
+        store.resolve(name)
+        return
+    entry = catalog.find(name)
+    if entry is None:
+        return  # the load says the model is unknown
+    source = args.source or "hf"
+    where = "Hugging Face" if source == "hf" else "ModelScope"
+    if sys.stdin.isatty() and not args.yes:
+        answer = input(f"{name} is not in the store. Pull it from {where} ({entry.repo(source)}, "
+                       f"about {_size(entry.size_bytes)})? [Y/n] ")
+        if answer.strip().lower() not in ("", "y", "yes"):
+            raise MnnEngineError("model_not_found", f"{name} is not in the store (pull it with: "
+                                 f"python -m mnn_engine models pull {name})", param="model")
+    info = store.pull(name, source=args.source, progress=_progress_bar("pulling") if sys.stderr.isatty() else None)
+    args.model = info.id
 
 
 def _models_rename(args: argparse.Namespace) -> int:
@@ -195,6 +277,7 @@ def _line_history(store: ModelStore, model_id: str | None) -> Callable[[], None]
 
 
 def _chat(args: argparse.Namespace) -> int:
+    _pull_if_missing(args)
     engine = Engine()
     save_history: Callable[[], None] = lambda: None  # noqa: E731
     try:
@@ -246,6 +329,7 @@ def _generate(args: argparse.Namespace) -> int:
         sys.stdout.write(piece)
         sys.stdout.flush()
 
+    _pull_if_missing(args)
     with Engine() as engine:
         engine.load(args.model, **_load_overrides(args))
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C cancels the generation; print what came
@@ -310,6 +394,7 @@ def _serve(args: argparse.Namespace) -> int:
         handler.addFilter(lambda record: record.name != "mnn_engine.mnn" or record.levelno >= logging.WARNING)
     host = "0.0.0.0" if args.all_interfaces else args.host
     key = _api_key(args)
+    _pull_if_missing(args)
     engine = Engine()
     model = args.model or engine.store.last_loaded()
     if model is None:
@@ -378,6 +463,13 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
                              "(default: on for chat, off otherwise; outputs may differ slightly from a fresh prefill)")
 
 
+def _add_pull_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--yes", action="store_true", help="pull a catalog model that is not in the store "
+                        "without asking")
+    parser.add_argument("--source", choices=("hf", "modelscope"), default=None,
+                        help="where a catalog model is pulled from (default hf)")
+
+
 def _add_sampling(parser: argparse.ArgumentParser, max_tokens: int) -> None:
     parser.add_argument("--max-tokens", type=int, default=max_tokens)
     parser.add_argument("--temperature", type=float, default=None, help="default: the model's own")
@@ -408,6 +500,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--id", help="model ID (default: the directory name, slugged)")
     p.add_argument("--replace", action="store_true", help="replace a model with the same ID")
     p.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
+    p = _command(models, "pull", _models_pull, "download a model: a catalog name, hf:ORG/NAME, modelscope:ORG/NAME "
+                 "or a manifest URL", "spec", json_output=True)
+    p.add_argument("--id", help="model ID (default: the catalog name or repository name, slugged)")
+    p.add_argument("--revision", help="branch, tag or commit (default: main on hf, master on modelscope)")
+    _add_pull_options(p)
+    p.add_argument("--update", action="store_true", help="fetch the newest revision of a stored model; the "
+                   "current one is kept for models rollback")
+    p.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
+    _command(models, "catalog", _models_catalog, "models you can pull by name", json_output=True)
+    _command(models, "rollback", _models_rollback, "go back to the version the last update replaced", "id")
     _command(models, "list", _models_list, "list the models", json_output=True)
     _command(models, "info", _models_info, "show one model", "id", json_output=True)
     _command(models, "rename", _models_rename, "change a model's ID", "old", "new")
@@ -422,10 +524,11 @@ def build_parser() -> argparse.ArgumentParser:
     _command(commands, "backends", _backends, "which backends are compiled in and available", json_output=True)
 
     p = commands.add_parser("chat", help="chat with a model in the terminal")
-    p.add_argument("model", help="a store ID or a model directory")
+    p.add_argument("model", help="a store ID, a model directory or a catalog name (pulled if missing)")
     p.add_argument("--system", help="a system prompt")
     _add_load_options(p)
     _add_sampling(p, max_tokens=1024)
+    _add_pull_options(p)
     p.set_defaults(func=_chat)
 
     p = commands.add_parser("serve", help="serve a model as an OpenAI-compatible HTTP API")
@@ -444,6 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-body-mb", type=_body_mb, default=8.0, help="largest request body in MiB (default 8)")
     p.add_argument("--allow-file-urls", action="store_true", help="accept file:// image URLs (local files)")
     _add_load_options(p)
+    _add_pull_options(p)
     p.set_defaults(func=_serve)
 
     p = commands.add_parser("bench", help="measure load time, prefill/decode speed and memory on this device")
@@ -467,6 +571,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stats", action="store_true", help="print timing figures to stderr")
     _add_sampling(p, max_tokens=256)
     _add_load_options(p)
+    _add_pull_options(p)
     p.set_defaults(func=_generate)
     return parser
 

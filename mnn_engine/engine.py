@@ -31,7 +31,7 @@ from .build import BACKENDS, backend_capabilities, require_backend
 from .device import default_threads
 from .errors import MnnEngineError, invalid
 from .llm import GenerationResult, Llm, Prompt, check_quant_qkv
-from .models import ModelLock, ModelStore
+from .models import ModelInfo, ModelLock, ModelStore
 from .state import EventStream, LogBuffer
 from .streaming import astream_pieces, stream_pieces
 
@@ -251,6 +251,31 @@ class Engine:
                 self.store.touch(model_id)
             log.info("model %s loaded (%s, %d threads)", model_id or path, opts.backend, opts.threads)
             return self.snapshot()["model"]
+
+    def pull(self, spec: str, *, progress: Callable[[int, int, str], None] | None = None,
+             **options: Any) -> ModelInfo:
+        """``store.pull`` (see ``ModelStore.pull``) with engine events: ``pull``
+        ``running``, ``progress`` (at most twice a second, with ``done`` and
+        ``total`` bytes), then ``done`` or ``failed`` (with the error code)."""
+        last = [0.0]
+
+        def report(done: int, total: int, name: str) -> None:
+            now = time.monotonic()
+            if done >= total or now - last[0] >= 0.5:
+                last[0] = now
+                self.events.emit("pull", "progress", spec=spec, done=done, total=total)
+            if progress is not None:
+                progress(done, total, name)
+
+        self.events.emit("pull", "running", spec=spec)
+        try:
+            info = self.store.pull(spec, progress=report, **options)
+        except MnnEngineError as exc:
+            self._record_error(exc)
+            self.events.emit("pull", "failed", spec=spec, error=exc.code)
+            raise
+        self.events.emit("pull", "done", spec=spec, model_id=info.id)
+        return info
 
     def unload(self) -> None:
         """Unload the active model (``server_running`` while the server runs)."""

@@ -296,3 +296,48 @@ def test_unknown_specs_say_what_is_accepted(store):
     assert error.code == "model_not_found" and "models catalog" in error.message
     assert _code(lambda: store.pull("qwen3-0.6b", source="github")).code == "invalid_argument"
     assert Path(store.root).exists() is False or not (store.root / "models").exists()
+
+
+# ---------------------------------------------------------------- the engine and the command line
+def test_engine_pull_reports_events(hub, store):
+    engine = Engine(store)
+    events = []
+    engine.events.subscribe(lambda event: events.append(event) if event.kind == "pull" else None)
+    engine.pull("qwen3-0.6b", backoff=(0.01,))
+    states = [e.state for e in events]
+    assert states[0] == "running" and "progress" in states and states[-1] == "done"
+    with pytest.raises(MnnEngineError):
+        engine.pull("hf:nobody/Nothing-MNN")
+    assert events[-1].state == "failed" and events[-1].data["error"] == "model_not_found"
+    assert engine.snapshot()["last_error"]["code"] == "model_not_found"
+    engine.close()
+
+
+def _cli(store: ModelStore, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mnn_engine", *args], capture_output=True, text=True, timeout=300,
+                          cwd="/", env=dict(os.environ, MNN_ENGINE_HOME=str(store.root)), stdin=subprocess.DEVNULL)
+
+
+def test_command_line_pull_catalog_info_rollback(hub, store):
+    shown = _cli(store, "models", "pull", "qwen3-0.6b", "--progress")
+    assert shown.returncode == 0, shown.stderr
+    assert "pulling [" in shown.stderr and "/s" in shown.stderr and "qwen3-0-6b:" in shown.stdout
+    listed = json.loads(_cli(store, "models", "catalog", "--json").stdout)
+    row = next(r for r in listed if r["name"] == "qwen3-0.6b")
+    assert row["installed"] and row["supported"] and row["hf"] == CATALOG_REPO
+    hub.hf[CATALOG_REPO] = repo_from_dir(test_model_dir("tiny-scripted"), commit="c" * 40,
+                                         extra={"NOTES.md": b"new\n"})
+    updated = json.loads(_cli(store, "models", "pull", "qwen3-0.6b", "--update", "--json").stdout)
+    assert updated["source"]["commit"] == "c" * 40 and updated["previous"]["revision"] == "a" * 40
+    info = _cli(store, "models", "info", "qwen3-0-6b").stdout
+    assert "previous  revision " + "a" * 40 in info and "models rollback" in info
+    assert "back at revision aaaaaaaaaaaa" in _cli(store, "models", "rollback", "qwen3-0-6b").stdout
+    failed = _cli(store, "models", "pull", "hf:nobody/Nothing-MNN")
+    assert failed.returncode == 2 and "[model_not_found]" in failed.stderr
+
+
+def test_generate_pulls_a_catalog_model_it_does_not_have(hub, store):
+    result = _cli(store, "generate", "qwen3-0.6b", "hi", "--temperature", "0", "--threads", "1")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == SCRIPTED_TEXT + "\n"
+    assert store.get("qwen3-0-6b").source["repo"] == CATALOG_REPO
