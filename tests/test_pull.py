@@ -341,3 +341,36 @@ def test_generate_pulls_a_catalog_model_it_does_not_have(hub, store):
     assert result.returncode == 0, result.stderr
     assert result.stdout == SCRIPTED_TEXT + "\n"
     assert store.get("qwen3-0-6b").source["repo"] == CATALOG_REPO
+
+
+def test_chat_asks_before_pulling_on_a_terminal(hub, store):
+    import pexpect
+
+    env = dict(os.environ, MNN_ENGINE_HOME=str(store.root))
+
+    def chat(*extra: str) -> pexpect.spawn:
+        return pexpect.spawn(sys.executable, ["-m", "mnn_engine", "chat", "qwen3-0.6b", "--threads", "1", *extra],
+                             env=env, cwd="/", encoding="utf-8", timeout=120)
+
+    child = chat()
+    try:
+        child.expect(r"Pull it from Hugging Face \(taobao-mnn/Qwen3-0.6B-MNN, about .*\)\? \[Y/n\] ")
+        child.sendline("n")
+        child.expect(r"\[model_not_found\] qwen3-0.6b is not in the store")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert hub.served == {} and store.list() == []
+    child = chat("--temperature", "0")
+    try:
+        child.expect(r"\[Y/n\] ")
+        child.sendline("")
+        child.expect("pulling \\[")
+        child.expect("you> ")
+        child.sendline("hi")
+        child.expect_exact(SCRIPTED_TEXT)
+        child.expect("you> ")
+        child.sendeof()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
