@@ -322,6 +322,18 @@ def _chat(args: argparse.Namespace) -> int:
         engine.close()
 
 
+def _response_format(args: argparse.Namespace) -> dict[str, Any]:
+    """``--json-schema FILE``: the answer follows that JSON Schema."""
+    if not args.json_schema:
+        return {}
+    try:
+        schema = json.loads(Path(args.json_schema).expanduser().read_text())
+    except (OSError, ValueError) as exc:
+        raise MnnEngineError("invalid_argument", f"--json-schema {args.json_schema}: {exc}", param="json_schema") \
+            from exc
+    return {"response_format": {"type": "json_schema", "json_schema": {"name": "cli", "schema": schema}}}
+
+
 def _generate(args: argparse.Namespace) -> int:
     prompt: Any = args.prompt if args.raw else [{"role": "user", "content": args.prompt}]
 
@@ -334,7 +346,7 @@ def _generate(args: argparse.Namespace) -> int:
         engine.load(args.model, **_load_overrides(args))
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C cancels the generation; print what came
             engine.generate(prompt, callback=write, max_tokens=args.max_tokens, temperature=args.temperature,
-                            seed=args.seed, enable_thinking=args.think)
+                            seed=args.seed, enable_thinking=args.think, **_response_format(args))
         sys.stdout.write("\n")
         result = engine.last_result
     if result is not None and args.stats:
@@ -569,6 +581,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raw", action="store_true", help="use the prompt as is, without the chat template")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stats", action="store_true", help="print timing figures to stderr")
+    p.add_argument("--json-schema", metavar="FILE", help="the answer is JSON following this JSON Schema "
+                   "(needs the structured extra)")
     _add_sampling(p, max_tokens=256)
     _add_load_options(p)
     _add_pull_options(p)

@@ -49,6 +49,9 @@ ERROR_CODES: dict[str, ErrorKind] = {
     "invalid_manifest": ErrorKind(422, "invalid_request_error", "The model manifest is malformed."),
     "engine_too_old": ErrorKind(422, "invalid_request_error", "The model needs a newer mnn-engine or MNN."),
     "disk_full": ErrorKind(507, "server_error", "Not enough disk space for the model."),
+    "structured_output_unavailable": ErrorKind(
+        400, "invalid_request_error", "Structured output needs the optional grammar engine (mnn-engine[structured])."
+    ),
     "internal_error": ErrorKind(500, "server_error", "An unexpected failure inside mnn_engine."),
 }
 

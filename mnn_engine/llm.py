@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from . import _mnn
+from . import _mnn, structured
 from .errors import MnnEngineError, invalid
 from .first_touch import check_in_child
 from .model_files import model_files, resolve_config_path, validate_model_dir
@@ -172,6 +172,7 @@ class Llm:
         #: Reuse the KV cache across generations by default (GenerationConfig.cache_prompt decides per call).
         self.prompt_cache = prompt_cache
         self._core: _mnn.LlmCore | None = None
+        self._loads = 0
         self._finalizer: weakref.finalize | None = None
         # _state_lock orders load/close; every native call holds a lease on
         # the core (_users), and close() frees the core only when the last
@@ -222,6 +223,7 @@ class Llm:
                 detail = "; ".join(lines) or "no message from MNN"
                 raise MnnEngineError("model_load_failed", f"MNN could not load {self.config_path}: {detail}")
             self._core = core
+            self._loads += 1
             self._finalizer = weakref.finalize(self, _close_core, core)
             config = json.loads(core.dump_config())
             self._vocab_size = core.vocab_size()  # one short forward: the warm-up
@@ -348,6 +350,17 @@ class Llm:
     def token_bytes(self, token_id: int) -> bytes:
         """Raw bytes of one token."""
         return self.detokenize_bytes([token_id])
+
+    def vocabulary(self) -> tuple[list[bytes], list[int]]:
+        """Every token's bytes, by id, and the ids that end a generation."""
+        with self._using() as core:
+            n = self._vocab_size
+            return [core.token_bytes(i) for i in range(n)], [i for i in range(n) if core.is_stop(i)]
+
+    @property
+    def load_generation(self) -> int:
+        """A number that changes with every load (for caches kept per loaded model)."""
+        return self._loads
 
     def detokenize(self, token_ids: Sequence[int]) -> str:
         """Text of the tokens; incomplete UTF-8 at the end becomes U+FFFD."""
@@ -519,13 +532,17 @@ class Llm:
         config: GenerationConfig | None = None,
         enable_thinking: bool | None = None,
         tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: Any = None,
         **sampling: Any,
     ) -> GenerationResult:
         """Generate a completion; ``callback(piece)`` receives each piece of
         text as it is produced (always whole UTF-8 characters; stop strings
         never appear). An exception raised by the callback stops the
-        generation and is re-raised here."""
-        run = self._prepare(prompt, config, enable_thinking, tools, sampling)
+        generation and is re-raised here. ``tool_choice`` ``"required"`` or
+        ``{"type": "function", "function": {"name": ...}}`` makes the answer
+        one call of an offered tool whose arguments fit its parameters
+        (structured output); ``"auto"``/``"none"``/None leave it free."""
+        run = self._prepare(prompt, config, enable_thinking, tools, sampling, tool_choice)
         return self._run(run, callback)
 
     def stream(self, prompt: Prompt, **kwargs: Any) -> Iterator[str]:
@@ -565,10 +582,12 @@ class Llm:
         config = kwargs.pop("config", None)
         enable_thinking = kwargs.pop("enable_thinking", None)
         tools = kwargs.pop("tools", None)
-        return self._prepare(prompt, config, enable_thinking, tools, kwargs)
+        tool_choice = kwargs.pop("tool_choice", None)
+        return self._prepare(prompt, config, enable_thinking, tools, kwargs, tool_choice)
 
     def _prepare(self, prompt: Prompt, config: GenerationConfig | None,
-                 enable_thinking: bool | None, tools: Any, sampling: dict[str, Any]) -> _Run:
+                 enable_thinking: bool | None, tools: Any, sampling: dict[str, Any],
+                 tool_choice: Any = None) -> _Run:
         """Validate what takes no tokenizing and claim the model, so errors
         (and ``busy``) surface in the caller's thread at once. Rendering and
         tokenizing the prompt happen in _run, on the generating thread. The
@@ -579,12 +598,13 @@ class Llm:
             gen = GenerationConfig.from_kwargs(config, **sampling)
             self.check_prompt(prompt, enable_thinking=enable_thinking, tools=tools)
             params = gen.resolved(self._sampling_defaults, self._vocab_size)
+            grammar = structured.grammar_for(gen.response_format, gen.grammar, tools, tool_choice)
             self._claim_generation()
         except BaseException:
             self._release()
             raise
         core.clear_cancel()  # a cancel from now on applies to this generation
-        return _Run(core, prompt, enable_thinking, tools, gen, params, gen.effective_seed())
+        return _Run(core, prompt, enable_thinking, tools, gen, params, gen.effective_seed(), grammar)
 
     def _abandon(self, run: _Run) -> None:
         """Return the claim of a prepared generation that will not run."""
@@ -603,6 +623,8 @@ class Llm:
                     DEFAULT_ANSWER_RESERVE
                 text, ids, dropped = self._prompt_ids(run.core, run.prompt, run.enable_thinking, run.tools,
                                                       overflow=run.config.context_overflow, reserve=reserve)
+                # compiled here, on the generating thread: a big schema takes a while
+                constraint = structured.Constraint(self, *run.grammar) if run.grammar else None
             except _Cancelled:
                 raw = _cancelled_raw()
             else:
@@ -617,7 +639,7 @@ class Llm:
                     max_tokens=max_tokens, context_limit=self._context_limit,
                     seed=run.seed, ignore_eos=run.config.ignore_eos,
                     reuse=(self.prompt_cache if run.config.cache_prompt is None else run.config.cache_prompt)
-                    and not media,
+                    and not media, constraint=constraint,
                 )
                 if media:
                     run.core.forget()
@@ -700,6 +722,7 @@ class _Run:
     config: GenerationConfig
     params: dict[str, Any]
     seed: int
+    grammar: tuple[str, str] | None = None  # (llguidance grammar, the option it came from)
 
 
 class _Cancelled(Exception):

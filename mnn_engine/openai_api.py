@@ -54,6 +54,7 @@ class ChatRequest:
     include_usage: bool = False
     tools: list[dict[str, Any]] | None = None
     parse_tools: bool = False
+    tool_choice: Any = None  # "required" or a named function: enforced by a grammar
     enable_thinking: bool | None = None
     images: list[Path] = field(default_factory=list)
     image_dir: str | None = None
@@ -140,8 +141,12 @@ def _parse_options(body: Mapping[str, Any], request: ChatRequest) -> None:
     _parse_thinking(body, request)
     _parse_tools(body, request)
     fmt = body.get("response_format")
-    if fmt is not None and not (isinstance(fmt, Mapping) and fmt.get("type") == "text"):
-        raise bad("response_format", "only response_format {\"type\": \"text\"} is supported")
+    if fmt is not None:
+        if not isinstance(fmt, Mapping) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+            raise bad("response_format", "'response_format' must be {\"type\": \"text\" | \"json_object\" | "
+                                         "\"json_schema\"}")
+        if fmt["type"] != "text":
+            request.sampling["response_format"] = fmt  # the schema is checked by mnn_engine.structured
 
 
 def _parse_thinking(body: Mapping[str, Any], request: ChatRequest) -> None:
@@ -179,8 +184,10 @@ def _parse_tools(body: Mapping[str, Any], request: ChatRequest) -> None:
         if not isinstance(function.get("name"), str) or not function["name"]:
             raise bad(f"tools[{i}].function.name", "a function needs a name")
     names = {t["function"]["name"] for t in tools}
-    if choice in (None, "auto", "required"):
+    if choice in (None, "auto"):
         pass
+    elif choice == "required":
+        request.tool_choice = choice
     elif choice == "none":
         return  # the model is not told about the tools
     elif isinstance(choice, Mapping) and isinstance(choice.get("function"), Mapping):
@@ -188,6 +195,7 @@ def _parse_tools(body: Mapping[str, Any], request: ChatRequest) -> None:
         if name not in names:
             raise bad("tool_choice", f"tool_choice names {name!r}, which is not in 'tools'")
         tools = [t for t in tools if t["function"]["name"] == name]
+        request.tool_choice = choice
     else:
         raise bad("tool_choice", "'tool_choice' must be auto, none, required or {\"type\": \"function\", ...}")
     request.tools = [_neutralized(dict(t)) for t in tools]

@@ -35,6 +35,12 @@ class GenerationConfig:
     after the system prompt, whole, until the prompt and ``max_tokens`` (or
     256 tokens) fit; ``GenerationResult.dropped_messages`` says how many.
     The default, ``"error"``, answers ``context_length_exceeded``.
+    ``response_format`` (OpenAI's: ``{"type": "json_object"}`` or
+    ``{"type": "json_schema", "json_schema": {"schema": ...}}``) and
+    ``grammar`` (Lark or GBNF text, or ``{"json_schema"|"lark"|"gbnf"|"regex": ...}``)
+    constrain every token (``mnn_engine.structured``; needs the ``structured``
+    extra). A ``max_tokens`` cut-off can still leave the output incomplete
+    (``finish_reason`` ``length``).
     """
 
     max_tokens: int | None = None
@@ -53,6 +59,8 @@ class GenerationConfig:
     ignore_eos: bool = False
     cache_prompt: bool | None = None
     context_overflow: str = "error"
+    response_format: Mapping[str, Any] | None = None
+    grammar: Any = None
 
     @classmethod
     def from_kwargs(cls, base: GenerationConfig | None = None, **kwargs: Any) -> GenerationConfig:

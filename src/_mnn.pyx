@@ -11,7 +11,7 @@ turns the dictionaries returned here into typed results.
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cython.operator cimport dereference as deref
 from libc.math cimport INFINITY, exp, log
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp
 from libcpp cimport bool as cbool
 from libcpp.atomic cimport atomic
@@ -175,6 +175,9 @@ cdef class _Sampler:
     cdef vector[unsigned char] seen  # per token: in prompt or generated
     cdef vector[int] seen_list
     cdef int vocab
+    # structured output: bit i of the mask allows token i (filled by the constraint each step)
+    cdef vector[uint32_t] mask
+    cdef cbool masked
     # logprobs of the last sampled token
     cdef float last_logprob
     cdef vector[pair[float, int]] last_top
@@ -186,6 +189,8 @@ cdef class _Sampler:
         self.seen.assign(vocab, 0)
         self.generated_list.clear()
         self.seen_list.clear()
+        if self.masked:
+            self.mask.assign((vocab + 31) // 32, 0xFFFFFFFF)
         cdef size_t i
         cdef int t
         if self.p.repetition_penalty != 1.0:
@@ -198,7 +203,7 @@ cdef class _Sampler:
 
     cdef inline cbool modifies_logits(self) noexcept nogil:
         return (self.bias.size() > 0 or self.p.repetition_penalty != 1.0
-                or self.p.presence_penalty != 0.0 or self.p.frequency_penalty != 0.0)
+                or self.p.presence_penalty != 0.0 or self.p.frequency_penalty != 0.0 or self.masked)
 
     cdef void accept(self, int token) noexcept nogil:
         if token < 0 or token >= self.vocab:
@@ -233,6 +238,10 @@ cdef class _Sampler:
             t = self.bias[i].first
             if 0 <= t < self.vocab:
                 w[t] += self.bias[i].second
+        if self.masked:
+            for i in range(self.vocab):
+                if not ((self.mask[i >> 5] >> (i & 31)) & 1):
+                    w[i] = -INFINITY
         return w
 
     cdef void record_logprobs(self, const float* w, int token) noexcept nogil:
@@ -610,7 +619,7 @@ cdef class LlmCore:
 
     def generate(self, prompt_ids, dict sampling, stop=(), callback=None,
                  int max_tokens=-1, int context_limit=2048, seed=0,
-                 bint ignore_eos=False, bint reuse=True) -> dict:
+                 bint ignore_eos=False, bint reuse=True, constraint=None) -> dict:
         """Run one generation over prompt token ids. See mnn_engine.llm.Llm.generate.
         With ``reuse``, the longest prefix of the prompt that the KV cache
         already holds is kept and only the rest is prefilled."""
@@ -637,6 +646,7 @@ cdef class LlmCore:
         sampler.p.frequency_penalty = sampling["frequency_penalty"]
         sampler.p.top_logprobs = sampling["top_logprobs"]
         sampler.rng = <uint64_t>(seed & 0xFFFFFFFFFFFFFFFF)
+        sampler.masked = constraint is not None
         for token, value in sampling["logit_bias"].items():
             sampler.bias.push_back(pair[int, float](token, value))
         cdef vector[string] stops
@@ -654,6 +664,8 @@ cdef class LlmCore:
         loop.cancel_flag = &self._cancel
         loop.token_text = &self._token_text
         loop.fail_after = self._fail_after
+        loop.constraint = constraint
+        loop.has_constraint = constraint is not None
         self._fail_after = -1
         with nogil:
             loop.run(prompt, keep)
@@ -721,6 +733,9 @@ cdef class _Loop:
     cdef atomic[int]* cancel_flag
     cdef unordered_map[int, string]* token_text
     cdef int fail_after
+    # structured output: fill_mask(address, nbytes) before each token, consume(token) after
+    cdef object constraint
+    cdef cbool has_constraint
     # outputs
     cdef vector[int] tokens
     cdef vector[float] logprobs
@@ -784,12 +799,16 @@ cdef class _Loop:
             if self.cancelled():
                 self.finish = F_CANCELLED
                 break
+            if self.has_constraint and not self.constrain(-1):
+                return
             token = self.sampler.sample(logits)
             if self.t_first == 0:
                 self.t_first = monotonic_ns()
             if not self.ignore_eos and self.llm.is_stop(token):
                 self.finish = F_STOP
                 break
+            if self.has_constraint and not self.constrain(token):
+                return
             self.sampler.accept(token)
             self.tokens.push_back(token)
             if self.sampler.p.top_logprobs >= 0:
@@ -823,6 +842,22 @@ cdef class _Loop:
         if self.finish != F_ERROR and not self.callback_failed:
             self.flush_held()
         self.t_end = monotonic_ns()
+
+    cdef cbool constrain(self, int token) noexcept nogil:
+        """Fill the sampler's mask for the next token (token < 0), or tell the
+        constraint the token chosen. False (the generation failed) when it raises."""
+        with gil:
+            try:
+                if token < 0:
+                    self.constraint.fill_mask(<size_t>self.sampler.mask.data(), self.sampler.mask.size() * 4)
+                else:
+                    self.constraint.consume(token)
+                return True
+            except BaseException as exc:
+                self.error = exc
+                self.finish = F_ERROR
+                self.t_end = monotonic_ns()
+                return False
 
     cdef void fail(self, const char* message) noexcept nogil:
         self.finish = F_ERROR

@@ -93,7 +93,7 @@ def test_stream_usage_logprobs_thinking():
     ({"messages": USER, "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "x"}}},
      "tool_choice"),
     ({"messages": USER, "tool_choice": "required"}, "tool_choice"),
-    ({"messages": USER, "response_format": {"type": "json_object"}}, "response_format"),
+    ({"messages": USER, "response_format": "json"}, "response_format"),
 ])
 def test_bad_requests_name_the_parameter(body, param):
     assert code_and_param(body) == ("invalid_argument", param)

@@ -291,7 +291,7 @@ class ChatCompletionsHandler(JsonHandler):
         def submit(put: Callable[[str], None] | None) -> Future[GenerationResult]:
             self._future = engine.submit(request.messages, put, on_prompt=lambda *prompt: rendered.append(prompt),
                                          enable_thinking=request.enable_thinking, tools=request.tools,
-                                         **request.sampling)
+                                         tool_choice=request.tool_choice, **request.sampling)
             return self._future
 
         def parser() -> OutputParser:

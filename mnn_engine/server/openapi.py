@@ -85,7 +85,14 @@ _CHAT_REQUEST = {
                                         "differ slightly)"},
         "tools": {"type": "array", "items": {"type": "object"}},
         "tool_choice": {"oneOf": [{"type": "string", "enum": ["auto", "none", "required"]}, {"type": "object"}]},
-        "response_format": {"type": "object", "properties": {"type": {"type": "string", "enum": ["text"]}}},
+        "response_format": {
+            "type": "object", "required": ["type"],
+            "properties": {"type": {"type": "string", "enum": ["text", "json_object", "json_schema"]},
+                           "json_schema": {"type": "object", "properties": {"name": {"type": "string"},
+                                                                           "schema": {"type": "object"},
+                                                                           "strict": {"type": "boolean"}}}},
+            "description": "json_object / json_schema: every token follows the JSON (schema); needs the "
+                           "structured extra (400 structured_output_unavailable without it)"},
         "reasoning_effort": {"type": "string", "enum": ["none", "minimal", "low", "medium", "high"]},
         "chat_template_kwargs": {"type": "object", "properties": {"enable_thinking": {"type": "boolean"}}},
     },
