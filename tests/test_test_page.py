@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 
 import pytest
+from live_server import Live
 from support import SCRIPTED_TEXT
-from test_server import Live
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -51,6 +52,28 @@ def test_page_streams_a_reply(browser, tmp_path):
         _wait(browser, lambda d: "17 tokens" in d.find_element(By.ID, "stats").text)
         assert browser.find_element(By.ID, "error").text == ""
         browser.save_screenshot(str(tmp_path / "page.png"))
+    finally:
+        live.close()
+
+
+def test_page_json_schema_box(browser, tmp_path):
+    live = Live(tmp_path, "tiny")
+    try:
+        browser.get(live.url + "/")
+        _wait(browser, lambda d: d.find_element(By.ID, "status").text == "ok")
+        browser.find_element(By.TAG_NAME, "summary").click()
+        schema = browser.find_element(By.ID, "schema")
+        schema.send_keys("{not json")
+        browser.find_element(By.ID, "send").click()
+        _wait(browser, lambda d: d.find_element(By.ID, "error").text.startswith("JSON schema:"))
+        schema.clear()
+        schema.send_keys('{"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 9}}, '
+                         '"required": ["n"], "additionalProperties": false}')
+        browser.find_element(By.ID, "send").click()
+        _wait(browser, lambda d: "tokens" in d.find_element(By.ID, "stats").text)
+        answer = json.loads(browser.find_element(By.ID, "answer").text)
+        assert set(answer) == {"n"} and 1 <= answer["n"] <= 9
+        assert browser.find_element(By.ID, "error").text == ""
     finally:
         live.close()
 
