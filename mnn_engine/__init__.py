@@ -12,7 +12,12 @@ from .errors import ERROR_CODES, MnnEngineError
 from .native_output import captured_native_output
 
 with captured_native_output():  # the engine prints CPU features when it loads
-    from . import _mnn  # noqa: F401
+    try:
+        from . import _mnn  # noqa: F401
+    except ImportError as exc:
+        from ._missing_core import explain
+
+        raise ImportError(explain(__path__[0])) from exc
 
 from .build import backend_capabilities, build_info
 from .engine import Engine, LoadOptions

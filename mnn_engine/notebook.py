@@ -1,0 +1,145 @@
+"""Jupyter helpers: pick the example model, stream an answer as Markdown
+into the cell, and a chat widget with a Stop button (``ipywidgets``, the
+``notebook`` extra)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+#: the catalog model the examples pull when the store is empty
+DEFAULT_MODEL = "qwen3-0.6b"
+_REFRESH_S = 0.1
+
+
+def pick_model(engine: Engine, choice: str | None = None, default: str = DEFAULT_MODEL) -> str:
+    """A store ID for the examples: ``choice`` (a model directory, a store ID
+    or a catalog name; default ``$MNN_ENGINE_EXAMPLE_MODEL``), else the first
+    model in the store, else ``default`` pulled from its catalog source."""
+    choice = choice if choice is not None else os.environ.get("MNN_ENGINE_EXAMPLE_MODEL")
+    if choice and os.path.isdir(os.path.expanduser(choice)):
+        return engine.store.import_model(os.path.expanduser(choice), replace=True).id
+    if choice:
+        from .errors import MnnEngineError
+
+        try:
+            model_id, _ = engine.store.resolve(choice)
+        except MnnEngineError:
+            model_id = None
+        return model_id or engine.pull(choice).id
+    models = engine.store.list()
+    return models[0].id if models else engine.pull(default).id
+
+
+def stream_markdown(pieces: Iterable[str]) -> str:
+    """Show ``pieces`` as Markdown in the cell as they come (redrawn at most
+    ten times a second); returns the whole text."""
+    from IPython.display import Markdown, display
+
+    handle = display(Markdown(""), display_id=True)
+    text, shown = "", 0.0
+    for piece in pieces:
+        text += piece
+        if time.monotonic() - shown >= _REFRESH_S:
+            handle.update(Markdown(text))
+            shown = time.monotonic()
+    handle.update(Markdown(text))
+    return text
+
+
+class ChatWidget:
+    """A conversation in a cell: a text box, Send, Stop and New chat; answers
+    stream in as Markdown. ``send(text)`` does what the button does and
+    ``wait()`` blocks until the answer is complete (for scripts and tests)."""
+
+    def __init__(self, engine: Engine, **options: Any) -> None:
+        import ipywidgets as widgets
+
+        self.engine = engine
+        self.options = options
+        self.messages: list[dict[str, str]] = []
+        self.prompt = widgets.Textarea(placeholder="Type a message…", layout=widgets.Layout(width="100%"))
+        self.send_button = widgets.Button(description="Send", button_style="primary")
+        self.stop_button = widgets.Button(description="Stop", disabled=True)
+        self.new_button = widgets.Button(description="New chat")
+        self.status = widgets.Label()
+        self.output = widgets.Output()
+        self.send_button.on_click(lambda _b: self.send(self.prompt.value))
+        self.stop_button.on_click(lambda _b: self.engine.cancel())
+        self.new_button.on_click(lambda _b: self.new_chat())
+        self.box = widgets.VBox([self.output, self.prompt,
+                                 widgets.HBox([self.send_button, self.stop_button, self.new_button, self.status])])
+        self._thread: threading.Thread | None = None
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.box)
+
+    def new_chat(self) -> None:
+        self.wait()
+        self.messages.clear()
+        self.output.clear_output()
+
+    def send(self, text: str) -> None:
+        if not text.strip() or (self._thread is not None and self._thread.is_alive()):
+            return
+        self.prompt.value = ""
+        self.messages.append({"role": "user", "content": text})
+        self._thread = threading.Thread(target=self._answer, name="mnn-engine-chat-widget", daemon=True)
+        self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def last_answer(self) -> str:
+        return self.messages[-1]["content"] if self.messages and self.messages[-1]["role"] == "assistant" else ""
+
+    def _render(self, text: str) -> None:
+        from IPython.display import Markdown
+
+        transcript = "\n\n".join(f"**{m['role']}:** {m['content']}" for m in self.messages)
+        self.output.outputs = ()
+        self.output.append_display_data(Markdown(transcript + (f"\n\n**assistant:** {text}" if text else "")))
+
+    def _answer(self) -> None:
+        self.send_button.disabled, self.stop_button.disabled = True, False
+        self.status.value = "answering…"
+        text, shown = "", 0.0
+        try:
+            for piece in self.engine.stream_chat(self.messages, context_overflow="truncate", **self.options):
+                text += piece
+                if time.monotonic() - shown >= _REFRESH_S:
+                    self._render(text)
+                    shown = time.monotonic()
+            result = self.engine.last_result
+            self.status.value = (f"{result.completion_tokens} tokens, {result.decode_tokens_per_second:.1f} tok/s"
+                                 if result is not None else "")
+        except Exception as exc:  # shown in the widget: the kernel thread has no one to raise to
+            self.status.value = f"error: {exc}"
+        finally:
+            self.messages.append({"role": "assistant", "content": text})
+            self._render("")
+            self.send_button.disabled, self.stop_button.disabled = False, True
+
+
+def chat_widget(engine: Engine, **options: Any) -> ChatWidget:
+    """A chat widget on the engine's loaded model; ``options`` are sampling
+    settings (``temperature``, ``max_tokens``, ...). Needs ``ipywidgets``
+    (``pip install 'mnn-engine[notebook]'``)."""
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError as exc:
+        from .errors import MnnEngineError
+
+        raise MnnEngineError("invalid_argument", "the chat widget needs ipywidgets: "
+                             "pip install 'mnn-engine[notebook]'", param="notebook") from exc
+    return ChatWidget(engine, **options)
