@@ -339,6 +339,8 @@ class Engine:
         data: dict[str, Any] = {"model_id": model_id}
         if result is not None:
             data["usage"] = result.usage
+            data["time_to_first_token_ms"] = result.time_to_first_token_ms
+            data["decode_tokens_per_second"] = result.decode_tokens_per_second
         if error is not None and not isinstance(error, MnnEngineError):
             data["error"] = type(error).__name__
         self.events.emit("generation", state, **data)

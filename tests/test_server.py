@@ -487,6 +487,11 @@ def test_access_log_only_when_asked(tmp_path, caplog, access_log):
     try:
         with caplog.at_level("INFO", logger="tornado.access"):
             assert live.request("GET", "/health")[0] == 200
+            # the server's thread logs after the answer is on its way: give it a moment
+            deadline = time.monotonic() + 2
+            while access_log and not any(r.name == "tornado.access" for r in caplog.records) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.01)
         lines = [r for r in caplog.records if r.name == "tornado.access"]
         assert len(lines) == (1 if access_log else 0)
     finally:

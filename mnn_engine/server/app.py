@@ -44,6 +44,8 @@ from .openapi import openapi_spec
 log = logging.getLogger("mnn_engine.server")
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+#: what answers without the API key: the page, the health check and the API description
+PUBLIC_PATHS = frozenset({"/", "/health", "/openapi.json"})
 MAX_JSON_DEPTH = 64
 
 
@@ -58,13 +60,17 @@ class ServerContext:
     stopping: bool = False
     fingerprint: str = field(default_factory=lambda: f"mnn-engine-{__version__}")
     started: float = field(default_factory=time.time)
-    active: set[ChatCompletionsHandler] = field(default_factory=set)
+    active: set[BodyHandler] = field(default_factory=set)
     #: Origins of other web pages allowed to call the API ("*": any); the server's own always is.
     cors_origins: tuple[str, ...] = ()
     #: Bound to loopback: refuse requests whose Host is not a loopback name (DNS rebinding).
     loopback_only: bool = True
     #: A log line per request (tornado.access); off by default, /health polls would fill the terminal.
     access_log: bool = False
+    #: /metrics (server.metrics.Metrics), set when the server starts
+    metrics: Any = None
+    #: the route patterns, for the metrics' route label (anything else counts as "other")
+    routes: frozenset[str] = frozenset()
 
 
 def is_loopback_host(host: str) -> bool:
@@ -88,7 +94,7 @@ def error_body(code: str, message: str, param: str | None = None) -> dict[str, A
 
 
 class JsonHandler(tornado.web.RequestHandler):
-    """JSON errors for everything, bearer authentication for /v1 routes."""
+    """JSON errors for everything, bearer authentication for all but ``PUBLIC_PATHS``."""
 
     ctx: ServerContext
 
@@ -120,7 +126,7 @@ class JsonHandler(tornado.web.RequestHandler):
 
     def prepare(self) -> None:
         self._check_host_and_origin()
-        if self.request.path.startswith("/v1/") and self.ctx.api_key and self.request.method != "OPTIONS":
+        if self.request.path not in PUBLIC_PATHS and self.ctx.api_key and self.request.method != "OPTIONS":
             header = self.request.headers.get("Authorization", "")
             scheme, _, token = header.partition(" ")
             ok = scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.ctx.api_key.encode())
@@ -132,9 +138,16 @@ class JsonHandler(tornado.web.RequestHandler):
         self.set_header("Content-Type", "application/json")
         self.finish(jsonutil.dumps(data))
 
+    def on_finish(self) -> None:
+        if self.ctx.metrics is not None:
+            path = self.request.path
+            self.ctx.metrics.request(path if path in self.ctx.routes else "other", self.get_status())
+
     def send_engine_error(self, exc: MnnEngineError) -> None:
         if exc.code == "busy":
             self.set_header("Retry-After", "1")
+            if self.ctx.metrics is not None:
+                self.ctx.metrics.busy.inc()
         elif exc.code == "unauthorized":
             self.set_header("WWW-Authenticate", 'Bearer realm="mnn-engine"')
         self.send_json(error_body(exc.code, exc.message, exc.param), exc.kind.http_status)
@@ -221,8 +234,10 @@ class ModelsHandler(JsonHandler):
 
 
 @tornado.web.stream_request_body
-class ChatCompletionsHandler(JsonHandler):
-    """POST /v1/chat/completions, streamed (SSE) or not."""
+class BodyHandler(JsonHandler):
+    """A POST route with a JSON body, read within the server's size limit
+    (``parse_body``), and the generation it may start: cancelled when the
+    client goes away or the server stops."""
 
     def prepare(self) -> None:
         super().prepare()
@@ -245,7 +260,7 @@ class ChatCompletionsHandler(JsonHandler):
             return
         self._body.extend(chunk)
 
-    def _parse_body(self) -> Any:
+    def parse_body(self) -> Any:
         if self._too_large:
             raise self._too_large_error()
         content_type = self.request.headers.get("Content-Type", "application/json").split(";")[0].strip().lower()
@@ -267,16 +282,77 @@ class ChatCompletionsHandler(JsonHandler):
                                  param="body")
         return body
 
-    async def post(self) -> None:
+    def require_model(self) -> str:
+        """The loaded model's name, for a route that generates; refusals first."""
         if self.ctx.stopping:
             raise MnnEngineError("server_stopping", "the server is stopping; no new requests")
-        engine = self.ctx.engine
-        model = active_model_name(engine)
+        model = active_model_name(self.ctx.engine)
         if model is None:
             raise MnnEngineError("model_not_loaded", "no model is loaded")
+        return model
+
+    async def first_piece(self, pieces: Any) -> str | None:
+        """The generation's first piece of text (None when it made none). The
+        first piece submits the generation: a refusal (busy, bad options, a
+        prompt too long) or a failure before any text is raised here, while
+        the answer can still be a plain HTTP error."""
+        first = await anext(pieces, None)
+        if first is None and self._future is not None and self._future.done() and not self._closed:
+            self.check_not_cancelled(self._future.result())
+        return first
+
+    def start_events(self) -> None:
+        """Server-sent events from here on."""
+        self.set_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.set_header("Cache-Control", "no-cache")
+        self.set_header("X-Accel-Buffering", "no")
+
+    async def send_event(self, data: Any) -> None:
+        if self._closed:
+            return
+        self.write(b"data: " + jsonutil.dumps(data) + b"\n\n")
+        try:
+            await self.flush()
+        except StreamClosedError:
+            self._client_gone()
+
+    def end_events(self) -> None:
+        if not self._closed:
+            self.write(b"data: [DONE]\n\n")
+            self.finish()
+
+    def _client_gone(self) -> None:
+        self._closed = True
+        if self._future is not None and not self._future.done():
+            log.info("client went away; cancelling its generation")
+            self.ctx.engine.cancel_generation()
+
+    def on_connection_close(self) -> None:
+        self._client_gone()
+
+    def cancel(self) -> None:
+        """Called when the server stops."""
+        if self._future is not None and not self._future.done():
+            self.ctx.engine.cancel_generation()
+
+    def check_not_cancelled(self, result: GenerationResult) -> None:
+        """A cancelled generation is never reported as a normal stop."""
+        if result.finish_reason != "cancelled":
+            return
+        if self.ctx.stopping:
+            raise MnnEngineError("server_stopping", "the server stopped during the generation")
+        raise MnnEngineError("generation_cancelled", "the generation was cancelled on the server")
+
+
+class ChatCompletionsHandler(BodyHandler):
+    """POST /v1/chat/completions, streamed (SSE) or not."""
+
+    async def post(self) -> None:
+        model = self.require_model()
+        engine = self.ctx.engine
         policy = ImagePolicy(model_is_visual=bool(engine.llm.file_config.get("is_visual")),
                              allow_file_urls=self.ctx.allow_file_urls)
-        request = parse_chat_request(self._parse_body(), policy)
+        request = parse_chat_request(self.parse_body(), policy)
         try:
             await self._complete(engine, model, request)
         finally:
@@ -313,19 +389,11 @@ class ChatCompletionsHandler(JsonHandler):
             if self._future is not None and not self._future.done():
                 engine.cancel_generation()
 
-    def _check_not_cancelled(self, result: GenerationResult) -> None:
-        """A cancelled generation is never reported as a normal stop."""
-        if result.finish_reason != "cancelled":
-            return
-        if self.ctx.stopping:
-            raise MnnEngineError("server_stopping", "the server stopped during the generation")
-        raise MnnEngineError("generation_cancelled", "the generation was cancelled on the server")
-
     async def _whole(self, make_parser: Callable[[], OutputParser], completion: Completion) -> None:
         result = await asyncio.wrap_future(self._future)
         if self._closed:
             return
-        self._check_not_cancelled(result)
+        self.check_not_cancelled(result)
         parser = make_parser()
         deltas = parser.feed(result.text) + parser.finish()
         logprobs = logprobs_object(result.logprobs, self.ctx.engine.llm.token_bytes)
@@ -336,80 +404,29 @@ class ChatCompletionsHandler(JsonHandler):
                       make_parser: Callable[[], OutputParser], request: ChatRequest,
                       completion: Completion) -> None:
         pieces = astream_pieces(submit, self.ctx.engine.cancel_generation)
-        # The first piece submits the generation: a refusal (busy, bad options,
-        # a prompt too long) or a failure before any text is still a plain HTTP error.
-        first = await anext(pieces, None)
-        if first is None and self._future is not None and self._future.done() and not self._closed:
-            self._check_not_cancelled(self._future.result())
+        first = await self.first_piece(pieces)
         parser = make_parser()
-        self.set_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.set_header("Cache-Control", "no-cache")
-        self.set_header("X-Accel-Buffering", "no")
-        await self._event(completion.chunk({"role": "assistant", "content": ""}))
+        self.start_events()
+        await self.send_event(completion.chunk({"role": "assistant", "content": ""}))
         try:
             if first is not None:
                 await self._send_deltas(parser.feed(first), completion)
                 async for piece in pieces:
                     await self._send_deltas(parser.feed(piece), completion)
             result = self._future.result()
-            self._check_not_cancelled(result)
+            self.check_not_cancelled(result)
         except MnnEngineError as exc:
-            await self._event(error_body(exc.code, exc.message))
-            await self._done()
+            await self.send_event(error_body(exc.code, exc.message))
+            self.end_events()
             return
         await self._send_deltas(parser.finish(), completion)
         logprobs = logprobs_object(result.logprobs, self.ctx.engine.llm.token_bytes)
-        await self._event(completion.chunk({}, finish_reason(result, parser), logprobs))
+        await self.send_event(completion.chunk({}, finish_reason(result, parser), logprobs))
         if request.include_usage:
-            await self._event(completion.usage_chunk(result.usage))
-        await self._done()
+            await self.send_event(completion.usage_chunk(result.usage))
+        self.end_events()
 
     async def _send_deltas(self, deltas: list[Delta], completion: Completion) -> None:
         for delta in deltas:
-            await self._event(completion.chunk(delta_dict(delta)))
+            await self.send_event(completion.chunk(delta_dict(delta)))
 
-    async def _event(self, data: Any) -> None:
-        if self._closed:
-            return
-        self.write(b"data: " + jsonutil.dumps(data) + b"\n\n")
-        try:
-            await self.flush()
-        except StreamClosedError:
-            self._client_gone()
-
-    async def _done(self) -> None:
-        if not self._closed:
-            self.write(b"data: [DONE]\n\n")
-            self.finish()
-
-    def _client_gone(self) -> None:
-        self._closed = True
-        if self._future is not None and not self._future.done():
-            log.info("client went away; cancelling its generation")
-            self.ctx.engine.cancel_generation()
-
-    def on_connection_close(self) -> None:
-        self._client_gone()
-
-    def cancel(self) -> None:
-        """Called when the server stops."""
-        if self._future is not None and not self._future.done():
-            self.ctx.engine.cancel_generation()
-
-
-def make_app(ctx: ServerContext) -> tornado.web.Application:
-    handlers: list[Any] = [
-        (r"/", IndexHandler, {"ctx": ctx}),
-        (r"/health", HealthHandler, {"ctx": ctx}),
-        (r"/openapi.json", OpenApiHandler, {"ctx": ctx}),
-        (r"/v1/models", ModelsHandler, {"ctx": ctx}),
-        (r"/v1/chat/completions", ChatCompletionsHandler, {"ctx": ctx}),
-    ]
-    settings: dict[str, Any] = {} if ctx.access_log else {"log_function": lambda handler: None}
-    return tornado.web.Application(
-        handlers,
-        default_handler_class=NotFoundHandler,
-        default_handler_args={"ctx": ctx},
-        compress_response=False,
-        **settings,
-    )

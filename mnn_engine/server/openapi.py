@@ -99,6 +99,60 @@ _CHAT_REQUEST = {
 }
 
 
+_COMPLETION_REQUEST = {
+    "type": "object",
+    "required": ["prompt"],
+    "properties": {
+        "model": {"type": "string", "description": "ignored: the active model answers"},
+        "prompt": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "integer", "minimum": 0}}]},
+        "max_tokens": _INTEGER, "temperature": _NUMBER, "top_p": _NUMBER, "seed": _INTEGER,
+        "stream": {"type": "boolean"},
+        "logprobs": {"type": "integer", "minimum": 0, "maximum": 5}, "echo": {"type": "boolean"},
+        "stop": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+    },
+}
+
+_OLLAMA_OPTIONS = {"type": "object", "properties": {
+    "temperature": _NUMBER, "top_p": _NUMBER, "top_k": _INTEGER, "min_p": _NUMBER, "seed": _INTEGER,
+    "num_predict": _INTEGER, "repeat_penalty": _NUMBER, "presence_penalty": _NUMBER, "frequency_penalty": _NUMBER,
+    "stop": {"type": "array", "items": {"type": "string"}}}}
+
+_OLLAMA_COMMON = {"model": {"type": "string", "description": "ignored: the active model answers"},
+                  "stream": {"type": "boolean", "description": "NDJSON lines (the default) or one object"},
+                  "options": _OLLAMA_OPTIONS, "keep_alive": {"oneOf": [{"type": "string"}, _INTEGER]},
+                  "think": {"type": "boolean"},
+                  "format": {"oneOf": [{"type": "string", "enum": ["json"]}, {"type": "object"}]}}
+
+_OLLAMA_CHAT = {"type": "object", "required": ["messages"], "properties": {
+    **_OLLAMA_COMMON, "messages": {"type": "array", "minItems": 1, "items": {
+        "type": "object", "required": ["role", "content"], "properties": {
+            "role": {"type": "string", "enum": ["system", "user", "assistant", "tool"]},
+            "content": {"type": "string"}, "images": {"type": "array", "items": {"type": "string"}}}}},
+    "tools": {"type": "array", "items": {"type": "object"}}}}
+
+_OLLAMA_GENERATE = {"type": "object", "properties": {
+    **_OLLAMA_COMMON, "prompt": {"type": "string"}, "system": {"type": "string"}, "raw": {"type": "boolean"}}}
+
+
+def _post(summary: str, schema: dict[str, Any], statuses: tuple[int, ...], **content: Any) -> dict[str, Any]:
+    ok = content or {"application/json": {"schema": {"type": "object"}}}
+    return {"post": {"summary": summary, "security": [{"bearer": []}, {}],
+                     "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
+                     "responses": {"200": {"description": "OK", "content": ok}, **_errors(*statuses, *_COMMON)}}}
+
+
+def _get(summary: str, **content: Any) -> dict[str, Any]:
+    ok = content or {"application/json": {"schema": {"type": "object"}}}
+    return {"get": {"summary": summary, "security": [{"bearer": []}, {}],
+                    "responses": {"200": {"description": "OK", "content": ok}, **_errors(401, *_COMMON)}}}
+
+
+_GENERATION_ERRORS = (400, 401, 413, 415, 422, 429, 500, 503)
+_NDJSON = {"application/json": {"schema": {"type": "object"}}, "application/x-ndjson": {"schema": {"type": "string"}}}
+_TEXT = {"type": "object", "required": ["content"], "properties": {"content": {"type": "string"},
+                                                                     "with_pieces": {"type": "boolean"}}}
+
+
 def openapi_spec() -> dict[str, Any]:
     """The OpenAPI 3.0 document of this server's routes."""
     json_ok = {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}
@@ -134,5 +188,29 @@ def openapi_spec() -> dict[str, Any]:
                     **_errors(400, 401, 413, 415, 422, 429, 500, 503, *_COMMON),
                 },
             }},
+            "/v1/completions": _post("a text completion (no chat template), streamed (SSE) or not",
+                                     _COMPLETION_REQUEST, _GENERATION_ERRORS,
+                                     **{"application/json": {"schema": {"type": "object"}},
+                                        "text/event-stream": {"schema": {"type": "string"}}}),
+            "/tokenize": _post("token ids of a text (llama-server's shape)", _TEXT, (400, 401, 413, 415, 503)),
+            "/detokenize": _post("the text of token ids", {"type": "object", "required": ["tokens"], "properties": {
+                "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}}}}, (400, 401, 413, 415, 503)),
+            "/apply-template": _post("the prompt the chat template makes of messages", {
+                "type": "object", "required": ["messages"], "properties": {
+                    "messages": {"type": "array", "minItems": 1, "items": _MESSAGE}}}, (400, 401, 413, 415, 422, 503)),
+            "/metrics": _get("Prometheus metrics", **{"text/plain": {"schema": {"type": "string"}}}),
+            "/api/version": _get("Ollama: the API version"),
+            "/api/tags": _get("Ollama: the models (the loaded one)"),
+            "/api/ps": _get("Ollama: the running model"),
+            "/api/show": _post("Ollama: the loaded model's details", {"type": "object", "properties": {
+                "model": {"type": "string"}}}, (400, 401, 413, 415, 503)),
+            "/api/chat": _post("Ollama: a chat answer, NDJSON lines or one object", _OLLAMA_CHAT,
+                               _GENERATION_ERRORS, **_NDJSON),
+            "/api/generate": _post("Ollama: a completion of a prompt, NDJSON lines or one object", _OLLAMA_GENERATE,
+                                   _GENERATION_ERRORS, **_NDJSON),
+            "/api/pull": _post("Ollama: pull a model into the store (catalog name, hf:, modelscope: or a manifest "
+                               "URL)", {"type": "object", "required": ["model"], "properties": {
+                                   "model": {"type": "string"}, "stream": {"type": "boolean"}}},
+                               (400, 401, 404, 409, 413, 415, 422, 502, 507), **_NDJSON),
         },
     }

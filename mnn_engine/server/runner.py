@@ -23,7 +23,9 @@ from tornado.netutil import bind_sockets
 
 from ..engine import Engine
 from ..errors import MnnEngineError
-from .app import DEFAULT_MAX_BODY_BYTES, ServerContext, is_loopback_host, make_app
+from .app import DEFAULT_MAX_BODY_BYTES, ServerContext, is_loopback_host
+from .metrics import Metrics
+from .routes import make_app
 
 log = logging.getLogger("mnn_engine.server")
 
@@ -162,7 +164,7 @@ async def _start(engine: Engine, host: str, port: int, api_key: str | None, max_
         raise
     ctx = ServerContext(engine, api_key=api_key, max_body_bytes=max_body_bytes,
                         allow_file_urls=allow_file_urls, cors_origins=tuple(cors_origins),
-                        loopback_only=is_loopback_host(host), access_log=access_log)
+                        loopback_only=is_loopback_host(host), access_log=access_log, metrics=Metrics(engine))
     http = HTTPServer(make_app(ctx), max_body_size=2 * max_body_bytes + 1, idle_connection_timeout=120)
     limit = connection_limit()
     listeners = [Listener(sock, http, limit) for sock in sockets]
@@ -186,6 +188,7 @@ async def _stop(server: RunningServer) -> None:
     for listener in server.listeners:
         listener.close()
     await server.http.close_all_connections()
+    ctx.metrics.close()
     ctx.engine._server_transition("stopped")
     log.info("server stopped")
     if server.stopped is not None:

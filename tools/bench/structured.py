@@ -73,7 +73,7 @@ def llguidance_costs(llm, gen: int) -> dict:
         start = time.perf_counter()
         constraint = structured.Constraint(llm, grammar, "response_format")
         compile_s = time.perf_counter() - start
-        answer = llm.generate(PROMPT, temperature=1.0, seed=7, max_tokens=gen,
+        answer = llm.generate(PROMPT, temperature=0, max_tokens=gen,
                               response_format={"type": "json_schema", "json_schema": {"schema": schema}})
         times = []
         for token in answer.token_ids:

@@ -1,0 +1,406 @@
+"""Ollama's API, for the clients that speak it (Open WebUI, many Android apps,
+editor plugins): ``/api/version``, ``/api/tags``, ``/api/show``, ``/api/ps``,
+``/api/chat`` and ``/api/generate`` (NDJSON streams, ``options`` mapped to our
+sampling, ``format`` through structured output, ``think``), and ``/api/pull``
+through the store's pull.
+
+The loaded model answers whatever ``model`` a request names, as on the
+OpenAI routes; ``keep_alive`` is accepted and the model stays loaded while the
+server runs. Errors keep this server's JSON shape with Ollama's ``error`` text
+on top: ``{"error": "...", ...}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from tornado.ioloop import IOLoop
+from tornado.iostream import StreamClosedError
+
+from .. import jsonutil
+from ..errors import MnnEngineError, invalid
+from ..llm import GenerationResult
+from ..openai_api import ChatRequest, ImagePolicy, OutputParser, parse_chat_request, prompt_opens_thinking
+from ..streaming import astream_pieces
+from .app import BodyHandler, JsonHandler, active_model_name, error_body
+
+#: the Ollama API version these routes follow
+OLLAMA_VERSION = "0.9.0"
+#: Ollama option -> our sampling option
+OPTIONS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "seed": "seed",
+           "stop": "stop", "repeat_penalty": "repetition_penalty", "presence_penalty": "presence_penalty",
+           "frequency_penalty": "frequency_penalty", "num_predict": "max_tokens"}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _tagged(name: str) -> str:
+    return name if ":" in name else f"{name}:latest"
+
+
+def _sampling(body: Mapping[str, Any]) -> dict[str, Any]:
+    options = body.get("options") or {}
+    if not isinstance(options, Mapping):
+        raise invalid("options", "'options' must be an object")
+    sampling = {ours: options[theirs] for theirs, ours in OPTIONS.items() if options.get(theirs) is not None}
+    if sampling.get("max_tokens") in (-1, -2):  # Ollama: -1 no limit, -2 fill the context
+        sampling["max_tokens"] = -1
+    fmt = body.get("format")
+    if fmt == "json":
+        sampling["response_format"] = {"type": "json_object"}
+    elif isinstance(fmt, Mapping):
+        sampling["response_format"] = {"type": "json_schema", "json_schema": {"name": "format", "schema": fmt}}
+    elif fmt not in (None, ""):
+        raise invalid("format", "'format' must be \"json\" or a JSON schema")
+    return sampling
+
+
+def _image_part(data: Any) -> dict[str, Any]:
+    if not isinstance(data, str):
+        raise invalid("images", "images must be base64 strings")
+    try:
+        head = base64.b64decode(data[:64] + "=" * (-len(data[:64]) % 4), validate=False)
+    except ValueError as exc:
+        raise invalid("images", "an image is not base64") from exc
+    mime = "image/png" if head.startswith(b"\x89PNG") else "image/jpeg" if head.startswith(b"\xff\xd8") else \
+        "image/webp" if head[8:12] == b"WEBP" else "image/png"
+    return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
+
+
+def _openai_messages(messages: Any) -> Any:
+    """Ollama's messages in OpenAI's shape (images as data URLs, tool-call
+    arguments as JSON text), for the chat route's own parser."""
+    if not isinstance(messages, list):
+        return messages  # the parser says what is wrong
+    out = []
+    for message in messages:
+        if not isinstance(message, Mapping):
+            out.append(message)
+            continue
+        converted = dict(message)
+        images = message.get("images")
+        if images:
+            converted["content"] = [{"type": "text", "text": message.get("content") or ""},
+                                    *(_image_part(i) for i in images)]
+            converted.pop("images")
+        calls = message.get("tool_calls")
+        if calls:
+            converted["tool_calls"] = [
+                {"type": "function", "function": {"name": (c.get("function") or {}).get("name"),
+                                                  "arguments": json.dumps((c.get("function") or {}).get("arguments",
+                                                                                                        {}))}}
+                for c in calls if isinstance(c, Mapping)]
+        out.append(converted)
+    return out
+
+
+def _durations(result: GenerationResult, started: float) -> dict[str, Any]:
+    return {"done": True, "done_reason": "length" if result.finish_reason == "length" else "stop",
+            "total_duration": int((time.perf_counter() - started) * 1e9), "load_duration": 0,
+            "prompt_eval_count": result.prompt_tokens, "prompt_eval_duration": int(result.prefill_ms * 1e6),
+            "eval_count": result.completion_tokens, "eval_duration": int(result.decode_ms * 1e6)}
+
+
+def _details(engine: Any) -> dict[str, Any]:
+    config = engine.llm.file_config
+    return {"parent_model": "", "format": "mnn", "family": str(config.get("model_type", "")), "families": None,
+            "parameter_size": "", "quantization_level": ""}
+
+
+def _model_entry(engine: Any, name: str) -> dict[str, Any]:
+    snap = engine.snapshot()["model"]
+    size = 0
+    digest = hashlib.sha256(name.encode()).hexdigest()
+    if snap.get("id"):
+        info = engine.store.get(snap["id"])
+        size = info.size_bytes
+        digest = hashlib.sha256(f"{info.id}:{info.created}".encode()).hexdigest()
+    return {"name": _tagged(name), "model": _tagged(name), "modified_at": _now(), "size": size, "digest": digest,
+            "details": _details(engine)}
+
+
+class OllamaHandler(JsonHandler):
+    """Ollama's errors: ``{"error": message}`` (and this server's fields beside it)."""
+
+    def send_engine_error(self, exc: MnnEngineError) -> None:
+        if exc.code == "busy":
+            self.set_header("Retry-After", "1")
+        body = error_body(exc.code, exc.message, exc.param)
+        self.send_json({**body, "error": exc.message, "code": exc.code}, exc.kind.http_status)
+
+
+class VersionHandler(OllamaHandler):
+    def get(self) -> None:
+        from .. import __version__
+
+        self.send_json({"version": OLLAMA_VERSION, "mnn_engine": __version__})
+
+
+class TagsHandler(OllamaHandler):
+    def get(self) -> None:
+        name = active_model_name(self.ctx.engine)
+        self.send_json({"models": [] if name is None else [_model_entry(self.ctx.engine, name)]})
+
+
+class PsHandler(OllamaHandler):
+    def get(self) -> None:
+        name = active_model_name(self.ctx.engine)
+        if name is None:
+            self.send_json({"models": []})
+            return
+        entry = _model_entry(self.ctx.engine, name)
+        entry.update(expires_at="9999-12-31T23:59:59Z", size_vram=0,
+                     context_length=self.ctx.engine.llm.context_limit)
+        self.send_json({"models": [entry]})
+
+
+class OllamaBodyHandler(BodyHandler, OllamaHandler):
+    """A POST route of Ollama's, and NDJSON streams."""
+
+    async def send_line(self, data: Any) -> None:
+        if self._closed:
+            return
+        self.write(jsonutil.dumps(data) + b"\n")
+        try:
+            await self.flush()
+        except StreamClosedError:
+            self._client_gone()
+
+
+class ShowHandler(OllamaBodyHandler):
+    async def post(self) -> None:
+        self.parse_body()
+        name = self.require_model()
+        engine = self.ctx.engine
+        config = engine.llm.file_config
+        capabilities = ["completion", "tools"]
+        if config.get("is_visual"):
+            capabilities.append("vision")
+        if "<think>" in json.dumps(config.get("jinja", {})):
+            capabilities.append("thinking")
+        self.send_json({"modelfile": "", "parameters": "", "template": "", "details": _details(engine),
+                        "model_info": {"general.architecture": config.get("model_type", ""),
+                                       "context_length": engine.llm.context_limit},
+                        "capabilities": capabilities, "modified_at": _now(), "name": _tagged(name)})
+
+
+class _Generation(OllamaBodyHandler):
+    """What /api/chat and /api/generate share: the generation, streamed as
+    NDJSON (the default) or answered whole."""
+
+    async def generate(self, prompt: Any, request: ChatRequest, stream: bool, frame: Any) -> None:
+        """``frame(content, thinking, tool_calls)`` makes one line's payload."""
+        engine = self.ctx.engine
+        rendered: list[tuple[str | None, int]] = []
+        started = time.perf_counter()
+
+        def submit(put: Any) -> Any:
+            self._future = engine.submit(prompt, put, on_prompt=lambda *p: rendered.append(p),
+                                         enable_thinking=request.enable_thinking, tools=request.tools,
+                                         tool_choice=request.tool_choice, **request.sampling)
+            return self._future
+
+        def parser() -> OutputParser:
+            text = rendered[0][0] if rendered else None
+            return OutputParser(in_reasoning=prompt_opens_thinking(text or ""), parse_tools=request.parse_tools)
+
+        self.ctx.active.add(self)
+        try:
+            if not stream:
+                submit(None)
+                result = await asyncio.wrap_future(self._future)
+                if self._closed:
+                    return
+                self.check_not_cancelled(result)
+                p = parser()
+                deltas = p.feed(result.text) + p.finish()
+                self.send_json({**frame(*_split(deltas)), **_durations(result, started)})
+                return
+            pieces = astream_pieces(submit, engine.cancel_generation)
+            first = await self.first_piece(pieces)
+            p = parser()
+            self.set_header("Content-Type", "application/x-ndjson")
+            try:
+                if first is not None:
+                    await self._lines(p.feed(first), frame)
+                    async for piece in pieces:
+                        await self._lines(p.feed(piece), frame)
+                await self._lines(p.finish(), frame)
+                result = self._future.result()
+                self.check_not_cancelled(result)
+            except MnnEngineError as exc:
+                await self.send_line({"error": exc.message, "code": exc.code})
+            else:
+                await self.send_line({**frame("", "", None), **_durations(result, started)})
+            if not self._closed:
+                self.finish()
+        finally:
+            self.ctx.active.discard(self)
+            if self._future is not None and not self._future.done():
+                engine.cancel_generation()
+
+    async def _lines(self, deltas: list[Any], frame: Any) -> None:
+        for delta in deltas:
+            content, thinking, calls = _split([delta])
+            await self.send_line({**frame(content, thinking, calls), "done": False})
+
+
+def _split(deltas: list[Any]) -> tuple[str, str, list[dict[str, Any]] | None]:
+    content = "".join(d.text for d in deltas if d.kind == "content")
+    thinking = "".join(d.text for d in deltas if d.kind == "reasoning")
+    calls = [{"function": {"name": d.tool_call["function"]["name"],
+                           "arguments": json.loads(d.tool_call["function"]["arguments"] or "{}")}}
+             for d in deltas if d.kind == "tool_call"]
+    return content, thinking, calls or None
+
+
+def _chat_request(body: Mapping[str, Any], messages: Any, policy: ImagePolicy) -> ChatRequest:
+    openai_body: dict[str, Any] = {"messages": messages}
+    if body.get("tools"):
+        openai_body["tools"] = body["tools"]
+    if isinstance(body.get("think"), bool):
+        openai_body["chat_template_kwargs"] = {"enable_thinking": body["think"]}
+    request = parse_chat_request(openai_body, policy)
+    try:
+        request.sampling.update(_sampling(body))
+    except BaseException:
+        request.cleanup()
+        raise
+    return request
+
+
+def _stream_flag(body: Mapping[str, Any]) -> bool:
+    stream = body.get("stream", True)  # Ollama streams unless told not to
+    if not isinstance(stream, bool):
+        raise invalid("stream", "'stream' must be true or false")
+    return stream
+
+
+class ChatHandler(_Generation):
+    async def post(self) -> None:
+        model = self.require_model()
+        body = self.parse_body()
+        if not isinstance(body, Mapping):
+            raise invalid("body", "the request body must be a JSON object")
+        stream = _stream_flag(body)
+        policy = ImagePolicy(model_is_visual=bool(self.ctx.engine.llm.file_config.get("is_visual")),
+                             allow_file_urls=False)
+        request = _chat_request(body, _openai_messages(body.get("messages")), policy)
+
+        def frame(content: str, thinking: str, calls: Any) -> dict[str, Any]:
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if thinking:
+                message["thinking"] = thinking
+            if calls:
+                message["tool_calls"] = calls
+            return {"model": _tagged(model), "created_at": _now(), "message": message}
+
+        try:
+            await self.generate(request.messages, request, stream, frame)
+        finally:
+            request.cleanup()
+
+
+class GenerateHandler(_Generation):
+    async def post(self) -> None:
+        model = self.require_model()
+        body = self.parse_body()
+        if not isinstance(body, Mapping):
+            raise invalid("body", "the request body must be a JSON object")
+        stream = _stream_flag(body)
+        prompt = body.get("prompt", "")
+        if not isinstance(prompt, str):
+            raise invalid("prompt", "'prompt' must be text")
+        if not prompt:  # Ollama: an empty prompt only loads the model, which is loaded
+            self.send_json({"model": _tagged(model), "created_at": _now(), "response": "", "done": True,
+                            "done_reason": "load"})
+            return
+        if body.get("suffix"):
+            raise invalid("suffix", "'suffix' is not supported")
+        raw = body.get("raw", False)
+        messages: list[dict[str, Any]] = []
+        if isinstance(body.get("system"), str) and body["system"]:
+            messages.append({"role": "system", "content": body["system"]})
+        user: dict[str, Any] = {"role": "user", "content": prompt}
+        if body.get("images"):
+            user["images"] = body["images"]
+        messages.append(user)
+        policy = ImagePolicy(model_is_visual=bool(self.ctx.engine.llm.file_config.get("is_visual")),
+                             allow_file_urls=False)
+        request = _chat_request({k: v for k, v in body.items() if k != "tools"}, _openai_messages(messages), policy)
+        if raw:
+            request.enable_thinking = None  # the prompt is used as it is: no template to tell
+
+        def frame(content: str, thinking: str, _calls: Any) -> dict[str, Any]:
+            line: dict[str, Any] = {"model": _tagged(model), "created_at": _now(), "response": content}
+            if thinking:
+                line["thinking"] = thinking
+            return line
+
+        try:
+            await self.generate(prompt if raw else request.messages, request, stream, frame)
+        finally:
+            request.cleanup()
+
+
+class PullHandler(OllamaBodyHandler):
+    """Pull through the store: a catalog name (``qwen3-0.6b``, also written
+    ``qwen3:0.6b``), ``hf:ORG/NAME``, ``modelscope:ORG/NAME`` or a manifest URL.
+    The pulled model is in the store; the server keeps serving the loaded one."""
+
+    async def post(self) -> None:
+        body = self.parse_body()
+        if not isinstance(body, Mapping) or not isinstance(body.get("model") or body.get("name"), str):
+            raise invalid("model", "'model' must name what to pull")
+        spec = body.get("model") or body.get("name")
+        if ":" in spec and not spec.startswith(("hf:", "modelscope:", "http://", "https://")):
+            spec = spec.replace(":", "-")
+        stream = _stream_flag(body)
+        loop = IOLoop.current()
+        progress: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+
+        def report(done: int, total: int, _name: str) -> None:
+            loop.add_callback(progress.put_nowait, (done, total))
+
+        future = loop.run_in_executor(None, lambda: self.ctx.engine.pull(spec, progress=report))
+        if not stream:
+            info = await future
+            self.send_json({"status": "success", "model": info.id})
+            return
+        self.set_header("Content-Type", "application/x-ndjson")
+        await self.send_line({"status": "pulling manifest"})
+        last = 0.0
+        while not future.done():
+            try:
+                done, total = await asyncio.wait_for(progress.get(), 0.25)
+            except asyncio.TimeoutError:
+                continue
+            if time.monotonic() - last >= 0.25 or done >= total:
+                last = time.monotonic()
+                await self.send_line({"status": f"pulling {spec}", "digest": spec, "total": total,
+                                      "completed": done})
+        try:
+            info = future.result()
+        except MnnEngineError as exc:
+            await self.send_line({"error": exc.message, "code": exc.code})
+        else:
+            await self.send_line({"status": "verifying sha256 digest"})
+            await self.send_line({"status": "success", "model": info.id})
+        if not self._closed:
+            self.finish()
+
+
+def routes(ctx: Any) -> list[tuple[str, type, dict[str, Any]]]:
+    return [(r"/api/version", VersionHandler, {"ctx": ctx}), (r"/api/tags", TagsHandler, {"ctx": ctx}),
+            (r"/api/ps", PsHandler, {"ctx": ctx}), (r"/api/show", ShowHandler, {"ctx": ctx}),
+            (r"/api/chat", ChatHandler, {"ctx": ctx}), (r"/api/generate", GenerateHandler, {"ctx": ctx}),
+            (r"/api/pull", PullHandler, {"ctx": ctx})]

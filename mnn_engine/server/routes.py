@@ -1,0 +1,45 @@
+"""Every route of the server, by dialect: the server's own (page, health,
+API description), OpenAI's, llama-server's tokenizer routes, Ollama's, and
+the metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tornado.web
+
+from . import metrics, ollama, tokenizer_routes
+from .app import (
+    ChatCompletionsHandler,
+    HealthHandler,
+    IndexHandler,
+    ModelsHandler,
+    NotFoundHandler,
+    OpenApiHandler,
+    ServerContext,
+)
+from .completions import CompletionsHandler
+
+
+def make_app(ctx: ServerContext) -> tornado.web.Application:
+    handlers: list[Any] = [
+        (r"/", IndexHandler, {"ctx": ctx}),
+        (r"/health", HealthHandler, {"ctx": ctx}),
+        (r"/openapi.json", OpenApiHandler, {"ctx": ctx}),
+        (r"/v1/models", ModelsHandler, {"ctx": ctx}),
+        (r"/v1/chat/completions", ChatCompletionsHandler, {"ctx": ctx}),
+        (r"/v1/completions", CompletionsHandler, {"ctx": ctx}),
+        *tokenizer_routes.routes(ctx),
+        *ollama.routes(ctx),
+        *metrics.routes(ctx),
+    ]
+    ctx.routes = frozenset(pattern for pattern, *_ in handlers)
+    settings: dict[str, Any] = {} if ctx.access_log else {"log_function": lambda handler: None}
+    return tornado.web.Application(
+        handlers,
+        default_handler_class=NotFoundHandler,
+        default_handler_args={"ctx": ctx},
+        compress_response=False,
+        **settings,
+    )
+
