@@ -426,7 +426,8 @@ def _serve(args: argparse.Namespace) -> int:
 
         serve_forever(engine, host=host, port=args.port, api_key=key,
                       max_body_bytes=int(args.max_body_mb * 1024 * 1024), allow_file_urls=args.allow_file_urls,
-                      on_ready=ready, sockets=sockets, cors_origins=args.cors_origin, access_log=args.access_log)
+                      on_ready=ready, sockets=sockets, cors_origins=args.cors_origin, access_log=args.access_log,
+                      queue=args.queue, queue_timeout=args.queue_timeout)
     finally:
         for sock in sockets:
             sock.close()
@@ -556,6 +557,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="let web pages from ORIGIN (e.g. http://localhost:3000; * for any) call the API; "
                         "repeatable. By default only the server's own page can")
     p.add_argument("--access-log", action="store_true", help="log a line per HTTP request")
+    p.add_argument("--queue", type=int, default=0, metavar="N",
+                   help="let up to N requests wait for the model, first come first served (default 0: a request "
+                        "that finds the model busy gets 429 at once)")
+    p.add_argument("--queue-timeout", type=float, default=60.0, metavar="S",
+                   help="seconds a queued request waits before it gets 429 (default 60)")
     p.add_argument("--max-body-mb", type=_body_mb, default=8.0, help="largest request body in MiB (default 8)")
     p.add_argument("--allow-file-urls", action="store_true", help="accept file:// image URLs (local files)")
     _add_load_options(p)

@@ -173,6 +173,12 @@ class Engine:
         return llm
 
     @property
+    def generating(self) -> bool:
+        """Whether a generation is running (or starting)."""
+        with self._state_lock:
+            return self._generation_state != "idle"
+
+    @property
     def active_model_id(self) -> str | None:
         return self._model_id if self._llm is not None else None
 

@@ -16,13 +16,12 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tornado.web
 from tornado.iostream import StreamClosedError
 
 from .. import __version__, jsonutil
-from ..engine import Engine
 from ..errors import ERROR_CODES, MnnEngineError
 from ..llm import GenerationResult
 from ..openai_api import (
@@ -40,6 +39,9 @@ from ..openai_api import (
 )
 from ..streaming import astream_pieces
 from .openapi import openapi_spec
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 log = logging.getLogger("mnn_engine.server")
 
@@ -71,6 +73,8 @@ class ServerContext:
     metrics: Any = None
     #: the route patterns, for the metrics' route label (anything else counts as "other")
     routes: frozenset[str] = frozenset()
+    #: the request queue (server.queue.GenerationQueue), set when the server starts
+    queue: Any = None
 
 
 def is_loopback_host(host: str) -> bool:
@@ -215,6 +219,9 @@ class HealthHandler(JsonHandler):
             "server": {"state": snap["server"]["state"], "uptime_s": round(time.time() - self.ctx.started, 1),
                        "auth": bool(self.ctx.api_key)},
             "generation": snap["generation"],
+            "queue": None if self.ctx.queue is None else {"limit": self.ctx.queue.limit,
+                                                          "waiting": self.ctx.queue.depth,
+                                                          "timeout_s": self.ctx.queue.timeout},
             "last_error": snap["last_error"],
         })
 
@@ -321,7 +328,19 @@ class BodyHandler(JsonHandler):
             self.write(b"data: [DONE]\n\n")
             self.finish()
 
+    async def wait_turn(self) -> None:
+        """Wait in the queue (``serve --queue``) until the model is free for this request."""
+        if self.ctx.queue is not None:
+            await self.ctx.queue.turn(self)
+
+    def on_finish(self) -> None:
+        super().on_finish()
+        if self.ctx.queue is not None:
+            self.ctx.queue.release(self)
+
     def _client_gone(self) -> None:
+        if self.ctx.queue is not None:
+            self.ctx.queue.release(self)
         self._closed = True
         if self._future is not None and not self._future.done():
             log.info("client went away; cancelling its generation")
@@ -379,6 +398,7 @@ class ChatCompletionsHandler(BodyHandler):
         completion = Completion(model=model, fingerprint=self.ctx.fingerprint)
         self.ctx.active.add(self)
         try:
+            await self.wait_turn()
             if request.stream:
                 await self._stream(submit, parser, request, completion)
             else:

@@ -123,6 +123,7 @@ class CompletionsHandler(BodyHandler):
 
         self.ctx.active.add(self)
         try:
+            await self.wait_turn()
             if request.stream:
                 await self._stream(submit, request, completion, prefix)
             else:

@@ -51,6 +51,8 @@ class Metrics:
         self.busy = Counter("mnn_engine_busy_rejections", "Requests refused because a generation was running "
                             "(429)", registry=r)
         self.queue_depth = Gauge("mnn_engine_queue_depth", "Requests waiting for the model", registry=r)
+        self.queue: Any = None  # server.queue.GenerationQueue, when the server has one
+        self.queue_depth.set_function(lambda: self.queue.depth if self.queue is not None else 0)
         self.queue_timeouts = Counter("mnn_engine_queue_timeouts", "Queued requests that waited too long", registry=r)
         load = Gauge("mnn_engine_model_load_seconds", "How long the loaded model took to load", registry=r)
 

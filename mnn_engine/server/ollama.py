@@ -215,6 +215,7 @@ class _Generation(OllamaBodyHandler):
 
         self.ctx.active.add(self)
         try:
+            await self.wait_turn()
             if not stream:
                 submit(None)
                 result = await asyncio.wrap_future(self._future)

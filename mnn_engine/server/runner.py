@@ -16,21 +16,26 @@ import socket
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
-from ..engine import Engine
 from ..errors import MnnEngineError
 from .app import DEFAULT_MAX_BODY_BYTES, ServerContext, is_loopback_host
 from .metrics import Metrics
+from .queue import GenerationQueue
 from .routes import make_app
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 log = logging.getLogger("mnn_engine.server")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8081
+#: seconds a queued request waits for the model before it is answered 429
+DEFAULT_QUEUE_TIMEOUT = 60.0
 STOP_GRACE_SECONDS = 10.0
 MAX_CONNECTIONS = 256
 FDS_KEPT_FREE = 24  # for the model's files, logs, the scratch directory, the first-touch child
@@ -148,7 +153,8 @@ def _url(sockets: list[socket.socket], host: str) -> str:
 
 async def _start(engine: Engine, host: str, port: int, api_key: str | None, max_body_bytes: int,
                  allow_file_urls: bool, sockets: list[socket.socket] | None = None,
-                 cors_origins: Sequence[str] = (), access_log: bool = False) -> RunningServer:
+                 cors_origins: Sequence[str] = (), access_log: bool = False, queue: int = 0,
+                 queue_timeout: float = DEFAULT_QUEUE_TIMEOUT) -> RunningServer:
     if api_key is not None and not api_key.strip():
         raise MnnEngineError("invalid_argument", "the API key is empty (None serves without authentication)",
                              param="api_key")
@@ -165,6 +171,13 @@ async def _start(engine: Engine, host: str, port: int, api_key: str | None, max_
     ctx = ServerContext(engine, api_key=api_key, max_body_bytes=max_body_bytes,
                         allow_file_urls=allow_file_urls, cors_origins=tuple(cors_origins),
                         loopback_only=is_loopback_host(host), access_log=access_log, metrics=Metrics(engine))
+    try:
+        ctx.queue = GenerationQueue(engine, queue, queue_timeout, on_timeout=ctx.metrics.queue_timeouts.inc)
+    except MnnEngineError:
+        ctx.metrics.close()
+        engine._server_transition("stopped")
+        raise
+    ctx.metrics.queue = ctx.queue
     http = HTTPServer(make_app(ctx), max_body_size=2 * max_body_bytes + 1, idle_connection_timeout=120)
     limit = connection_limit()
     listeners = [Listener(sock, http, limit) for sock in sockets]
@@ -179,6 +192,7 @@ async def _stop(server: RunningServer) -> None:
     if ctx.stopping:
         return
     ctx.stopping = True
+    ctx.queue.close()  # first: the waiting are answered 503, not woken by the cancels below
     ctx.engine._server_transition("stopping", server.url)
     for handler in list(ctx.active):
         handler.cancel()
@@ -200,13 +214,13 @@ def serve_forever(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAU
                   api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                   allow_file_urls: bool = False, on_ready: Any = None,
                   sockets: list[socket.socket] | None = None, cors_origins: Sequence[str] = (),
-                  access_log: bool = False) -> None:
+                  access_log: bool = False, queue: int = 0, queue_timeout: float = DEFAULT_QUEUE_TIMEOUT) -> None:
     """Serve until SIGINT or SIGTERM, then stop the server and unload the
     model. ``sockets``: already bound ones (``bind``), else host and port."""
 
     async def main() -> None:
         server = await _start(engine, host, port, api_key, max_body_bytes, allow_file_urls, sockets, cors_origins,
-                              access_log)
+                              access_log, queue, queue_timeout)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(_stop(server)))
@@ -223,7 +237,8 @@ def serve_forever(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAU
 def start_background_server(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                             api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                             allow_file_urls: bool = False, cors_origins: Sequence[str] = (),
-                            access_log: bool = False) -> str:
+                            access_log: bool = False, queue: int = 0,
+                            queue_timeout: float = DEFAULT_QUEUE_TIMEOUT) -> str:
     """Run the server on its own thread and event loop; returns its URL once
     it listens (or raises, e.g. ``port_in_use``)."""
     ready = threading.Event()
@@ -233,7 +248,8 @@ def start_background_server(engine: Engine, *, host: str = DEFAULT_HOST, port: i
         async def main() -> None:
             try:
                 server = await _start(engine, host, port, api_key, max_body_bytes, allow_file_urls,
-                                      cors_origins=cors_origins, access_log=access_log)
+                                      cors_origins=cors_origins, access_log=access_log, queue=queue,
+                                      queue_timeout=queue_timeout)
             except BaseException as exc:
                 outcome["error"] = exc
                 ready.set()

@@ -1,0 +1,114 @@
+"""The optional request queue (``serve --queue N``): up to N requests wait,
+first come first served, for the generation before them to end, each at
+most ``--queue-timeout`` seconds. Without it (the default) a second request
+gets 429 at once. Runs on the server's event loop; the engine's events,
+from the generation thread, wake the next in line."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import MnnEngineError
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+    from ..state import Event
+
+
+class GenerationQueue:
+    def __init__(self, engine: Engine, limit: int = 0, timeout: float = 60.0,
+                 on_timeout: Callable[[], Any] = lambda: None) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise MnnEngineError("invalid_argument", f"queue must be a whole number >= 0 (got {limit!r})",
+                                 param="queue")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise MnnEngineError("invalid_argument", f"queue_timeout must be > 0 seconds (got {timeout!r})",
+                                 param="queue_timeout")
+        self.engine = engine
+        self.limit = limit
+        self.timeout = float(timeout)
+        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        #: the request given the turn, until its generation starts (no one may slip in before it)
+        self.holder: Any = None
+        self.timeouts = 0
+        self.on_timeout = on_timeout
+        self.loop = asyncio.get_running_loop()
+        self._unsubscribe = engine.events.subscribe(self._on_event)
+        self.closed = False
+
+    @property
+    def depth(self) -> int:
+        return len(self.waiters)
+
+    def _on_event(self, event: Event) -> None:  # the generation thread
+        if event.kind == "generation":
+            self.loop.call_soon_threadsafe(self._on_generation, event.state)
+
+    def _on_generation(self, state: str) -> None:
+        if state == "running":
+            self.holder = None
+        else:
+            self._wake()
+
+    def _wake(self) -> None:
+        if self.closed or self.holder is not None or self.engine.generating:
+            return
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                self.holder = waiter
+                return
+
+    async def turn(self, owner: Any) -> None:
+        """Return when ``owner`` may start its generation: at once when the
+        model is free and no one waits, else after those before it. ``busy``
+        when the queue is off or full, or the wait passed the timeout."""
+        if self.closed:
+            raise MnnEngineError("server_stopping", "the server is stopping; no new requests")
+        if not self.waiters and self.holder is None and not self.engine.generating:
+            return
+        if self.limit == 0:
+            return  # no queue: the engine answers busy
+        if len(self.waiters) >= self.limit:
+            raise MnnEngineError("busy", f"the model is busy and {self.limit} requests are already waiting")
+        waiter: asyncio.Future[None] = self.loop.create_future()
+        self.waiters.append(waiter)
+        owner._queue_waiter = waiter  # kept: release(owner) gives up its place or its turn
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), self.timeout)
+        except asyncio.TimeoutError:
+            self.timeouts += 1
+            self.on_timeout()
+            self.release(owner)
+            raise MnnEngineError("busy", f"waited {self.timeout:g} s in the queue; the model is still busy") \
+                from None
+        except asyncio.CancelledError:
+            if self.closed:
+                raise MnnEngineError("server_stopping", "the server stopped while the request waited") from None
+            raise MnnEngineError("generation_cancelled", "the client left the queue") from None
+
+    def release(self, owner: Any) -> None:
+        """``owner`` is done with the queue (its response finished or its client
+        left): its place in the line, or the turn it was given and did not use
+        for a generation, goes to the next."""
+        waiter = getattr(owner, "_queue_waiter", None)
+        if waiter is not None and not waiter.done():
+            waiter.cancel()
+        if waiter is not None and waiter in self.waiters:
+            self.waiters.remove(waiter)
+        if waiter is not None and self.holder is waiter:
+            self.holder = None
+            self._wake()
+
+    def close(self) -> None:
+        """The server stops: every waiting request is answered 503."""
+        self.closed = True
+        self._unsubscribe()
+        for waiter in self.waiters:
+            if not waiter.done():
+                waiter.cancel()
+        self.waiters.clear()
