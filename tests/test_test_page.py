@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
-import time
 
 import pytest
 from live_server import Live
 from support import SCRIPTED_TEXT
+from test_queue import SHORT, Holder
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -21,14 +22,21 @@ pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
                                 reason="needs Debian's chromium and chromium-driver (.ci/run installs them)")
 
 
-@pytest.fixture(scope="module")
-def browser():
+#: phone and desktop widths (CSS pixels)
+WIDTHS = {"phone": (390, 844), "desktop": (1200, 900)}
+ARTIFACTS = os.environ.get("MNN_ENGINE_TEST_ARTIFACTS")
+
+
+@pytest.fixture(scope="module", params=list(WIDTHS))
+def browser(request):
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
+    width, height = WIDTHS[request.param]
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1000,900"):
+                 f"--window-size={width},{height}"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.width_name = request.param
     yield driver
     driver.quit()
 
@@ -37,21 +45,199 @@ def _wait(driver, condition, timeout=60):
     return WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition)
 
 
-def test_page_streams_a_reply(browser, tmp_path):
+def _shot(driver, tmp_path, name: str) -> None:
+    """A screenshot per width, kept with the test's files (and in $MNN_ENGINE_TEST_ARTIFACTS)."""
+    for folder in filter(None, (str(tmp_path), ARTIFACTS)):
+        os.makedirs(folder, exist_ok=True)
+        driver.save_screenshot(os.path.join(folder, f"page-{name}-{driver.width_name}.png"))
+
+
+def _open(driver, live, clear: bool = True) -> None:
+    driver.get(live.url + "/")
+    if clear:
+        driver.execute_script("localStorage.clear()")
+        driver.get(live.url + "/")
+    _wait(driver, lambda d: d.find_element(By.ID, "status").text == "ready")
+
+
+def _settings(driver) -> None:
+    if not driver.find_element(By.ID, "settings").is_displayed():
+        driver.find_element(By.ID, "toggle-settings").click()
+
+
+def _type(driver, text: str) -> None:
+    prompt = driver.find_element(By.ID, "prompt")
+    prompt.send_keys(text)
+    driver.find_element(By.ID, "send").click()
+
+
+def _messages(driver) -> list:
+    """The conversation as drawn: class, text, and for answers their parts (read in one go: the page redraws)."""
+    return driver.execute_script("""
+        const text = (m, css) => m.querySelector(css) ? m.querySelector(css).textContent : null;
+        return [...document.querySelectorAll('#messages .msg')].map((m) => ({
+          cls: m.className, text: m.textContent, body: text(m, '.body'), stats: text(m, '.stats'),
+          reasoning: text(m, 'details.reasoning .text'),
+          reasoning_open: m.querySelector('details.reasoning')?.open ?? null}));""")
+
+
+def _last_done(driver) -> dict:
+    """The last answer, once its stats line is there."""
+    def done(d):
+        messages = _messages(d)
+        return messages and messages[-1]["cls"] == "msg assistant" and messages[-1]["stats"] and messages[-1]
+    return _wait(driver, done)
+
+
+def _errors(driver) -> list:
+    return [m["text"] for m in _messages(driver) if m["cls"] == "msg error"]
+
+
+def test_multi_turn_regenerate_new_chat_and_history(browser, tmp_path):
     live = Live(tmp_path, "tiny-scripted")
     try:
-        browser.get(live.url + "/")
-        _wait(browser, lambda d: d.find_element(By.ID, "status").text == "ok")
-        assert "tiny-scripted" in browser.find_element(By.ID, "model").text
-        prompt = browser.find_element(By.ID, "prompt")
-        prompt.clear()
-        prompt.send_keys("Who are you?")
+        _open(browser, live)
+        _settings(browser)
         browser.find_element(By.ID, "temp").send_keys("0")
-        browser.find_element(By.ID, "send").click()
-        _wait(browser, lambda d: d.find_element(By.ID, "answer").text == SCRIPTED_TEXT)
-        _wait(browser, lambda d: "17 tokens" in d.find_element(By.ID, "stats").text)
-        assert browser.find_element(By.ID, "error").text == ""
-        browser.save_screenshot(str(tmp_path / "page.png"))
+        _type(browser, "Who are you?")
+        answer = _last_done(browser)
+        assert answer["body"] == SCRIPTED_TEXT
+        assert "17 tokens" in answer["stats"] and "tok/s" in answer["stats"]
+        _type(browser, "And again?")
+        _wait(browser, lambda d: len(_messages(d)) == 4 and "tokens" in _last_done(d)["stats"])
+        assert live.engine.last_result.prompt_tokens > 20  # the whole conversation was sent
+        assert [m["cls"] for m in _messages(browser)] == ["msg user", "msg assistant"] * 2
+        browser.find_element(By.CSS_SELECTOR, ".regenerate").click()
+        _wait(browser, lambda d: d.find_element(By.ID, "send").is_enabled() and len(_messages(d)) == 4
+              and "tokens" in _last_done(d)["stats"])
+        assert len(browser.find_elements(By.CSS_SELECTOR, ".regenerate")) == 1  # only on the last answer
+        _shot(browser, tmp_path, "conversation")
+        browser.refresh()  # the conversation is kept in the browser
+        _wait(browser, lambda d: len(_messages(d)) == 4)
+        browser.find_element(By.ID, "new-chat").click()
+        assert _messages(browser) == []
+    finally:
+        live.close()
+
+
+def test_hostile_output_is_shown_as_text(browser, tmp_path):
+    live = Live(tmp_path, "tiny")
+    try:
+        _open(browser, live)
+        hostile = ('<img src=x onerror="window.pwned=1"> <script>window.pwned=2</script> '
+                   '[link](javascript:alert(1)) **bold** `code`\n\n```html\n<b>not bold</b>\n```\n\n- one\n- two')
+        browser.execute_script(
+            "localStorage.setItem('mnn-engine-chat', JSON.stringify(["
+            "{role: 'user', content: '<i>me</i>'}, {role: 'assistant', content: arguments[0], done: true}]))",
+            hostile.replace("\\n", "\n"))
+        browser.get(live.url + "/")
+        _wait(browser, lambda d: len(_messages(d)) == 2)
+        box = browser.find_element(By.ID, "messages")
+        assert box.find_elements(By.TAG_NAME, "img") == [] and box.find_elements(By.TAG_NAME, "script") == []
+        assert box.find_elements(By.TAG_NAME, "i") == [] and box.find_elements(By.TAG_NAME, "a") == []
+        assert browser.execute_script("return window.pwned") is None
+        body = browser.find_elements(By.CSS_SELECTOR, "#messages .msg .body")[0]
+        assert '<img src=x onerror="window.pwned=1">' in body.text and "<b>not bold</b>" in body.text
+        assert body.find_element(By.TAG_NAME, "strong").text == "bold"
+        assert body.find_element(By.CSS_SELECTOR, "pre code").text == "<b>not bold</b>"
+        assert [li.text for li in body.find_elements(By.TAG_NAME, "li")] == ["one", "two"]
+        assert _messages(browser)[0]["text"] == "<i>me</i>"
+        _shot(browser, tmp_path, "hostile")
+    finally:
+        live.close()
+
+
+def test_thinking_is_offered_and_shown_only_for_models_that_think(browser, tmp_path):
+    live = Live(tmp_path / "a", "tiny-thinking")
+    try:
+        _open(browser, live)
+        _settings(browser)
+        assert browser.find_element(By.ID, "think-label").is_displayed()
+        assert browser.find_element(By.ID, "think").is_selected()  # the model's own default: on
+        browser.find_element(By.ID, "temp").send_keys("0")
+        _type(browser, "Hi")
+        answer = _last_done(browser)
+        assert answer["reasoning_open"] is False  # folded once the answer is complete
+        assert "The user greets me." in answer["reasoning"]
+        assert answer["body"] == "Hello there!"
+        browser.find_element(By.CSS_SELECTOR, "details.reasoning summary").click()
+        _shot(browser, tmp_path, "thinking")
+    finally:
+        live.close()
+    live = Live(tmp_path / "b", "smollm2-135m")  # a template without <think>
+    try:
+        _open(browser, live)
+        _settings(browser)
+        assert not browser.find_element(By.ID, "think-label").is_displayed()
+    finally:
+        live.close()
+
+
+def test_stop_leaves_the_server_ready_before_send_comes_back(browser, tmp_path):
+    live = Live(tmp_path, "tiny")
+    try:
+        _open(browser, live)
+        _settings(browser)
+        max_tokens = browser.find_element(By.ID, "max")
+        max_tokens.clear()
+        max_tokens.send_keys("-1")
+        _type(browser, "Tell me a long story.")
+        _wait(browser, lambda d: len(_messages(d)[-1]["text"]) > 20)
+        _wait(browser, lambda d: d.find_element(By.ID, "status").text == "generating")  # pushed by /events
+        browser.find_element(By.ID, "stop").click()
+        _wait(browser, lambda d: d.find_element(By.ID, "send").is_enabled())
+        assert live.engine.snapshot()["generation"]["state"] == "idle"
+        assert live.engine.last_result.finish_reason == "cancelled"
+        assert _last_done(browser)["stats"] == "stopped"
+        max_tokens.clear()
+        max_tokens.send_keys("4")
+        _type(browser, "Again")  # at once: no 429
+        _wait(browser, lambda d: len(_messages(d)) == 4 and "tokens" in _last_done(d)["stats"])
+        assert not _errors(browser)
+    finally:
+        live.close()
+
+
+def test_errors_401_429_503_are_shown(browser, tmp_path):
+    live = Live(tmp_path / "a", "tiny-scripted", api_key="k")
+    try:
+        _open(browser, live)
+        _type(browser, "Hi")
+        _wait(browser, _errors)
+        assert _errors(browser)[0].startswith("401: unauthorized")
+        _shot(browser, tmp_path, "error-401")
+        _settings(browser)
+        browser.find_element(By.ID, "key").send_keys("k")
+        browser.find_element(By.ID, "temp").send_keys("0")
+        browser.find_element(By.ID, "prompt").click()  # the key field's change event
+        _type(browser, "Hi")
+        assert _last_done(browser)["body"] == SCRIPTED_TEXT
+        assert not _errors(browser)  # the failed attempt is gone
+    finally:
+        live.close()
+    live = Live(tmp_path / "b", "tiny", queue=1)
+    try:
+        _open(browser, live)
+        holder = Holder(live)
+        _type(browser, "Hi")  # waits in the queue
+        _wait(browser, lambda d: json.loads(live.request("GET", "/health")[2])["queue"]["waiting"] == 1)
+        assert live.request("POST", "/v1/chat/completions", json.dumps(SHORT))[0] == 429  # the queue is full
+        live.engine.stop_server()
+        _wait(browser, _errors)
+        assert _errors(browser)[0].startswith("503: server_stopping")
+        holder.conn.close()
+    finally:
+        live.close()
+    live = Live(tmp_path / "c", "tiny")
+    try:
+        _open(browser, live)
+        holder = Holder(live)
+        _type(browser, "Hi")
+        _wait(browser, _errors)
+        assert _errors(browser)[0].startswith("429: busy")
+        holder.release()
+        _type(browser, "Hi")  # an error is not part of the conversation sent
+        _wait(browser, lambda d: "tokens" in _last_done(d)["stats"])
     finally:
         live.close()
 
@@ -59,58 +245,20 @@ def test_page_streams_a_reply(browser, tmp_path):
 def test_page_json_schema_box(browser, tmp_path):
     live = Live(tmp_path, "tiny")
     try:
-        browser.get(live.url + "/")
-        _wait(browser, lambda d: d.find_element(By.ID, "status").text == "ok")
-        browser.find_element(By.TAG_NAME, "summary").click()
+        _open(browser, live)
+        _settings(browser)
+        browser.find_element(By.CSS_SELECTOR, "#structured summary").click()
         schema = browser.find_element(By.ID, "schema")
         schema.send_keys("{not json")
-        browser.find_element(By.ID, "send").click()
-        _wait(browser, lambda d: d.find_element(By.ID, "error").text.startswith("JSON schema:"))
+        _type(browser, "Hi")
+        _wait(browser, _errors)
+        assert _errors(browser)[0].startswith("JSON schema:")
         schema.clear()
         schema.send_keys('{"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 9}}, '
                          '"required": ["n"], "additionalProperties": false}')
-        browser.find_element(By.ID, "send").click()
-        _wait(browser, lambda d: "tokens" in d.find_element(By.ID, "stats").text)
-        answer = json.loads(browser.find_element(By.ID, "answer").text)
+        _type(browser, "Hi")
+        answer = json.loads(_last_done(browser)["body"])
         assert set(answer) == {"n"} and 1 <= answer["n"] <= 9
-        assert browser.find_element(By.ID, "error").text == ""
-    finally:
-        live.close()
-
-
-def test_page_stop_button_cancels_the_generation(browser, tmp_path):
-    live = Live(tmp_path, "tiny")
-    try:
-        browser.get(live.url + "/")
-        _wait(browser, lambda d: d.find_element(By.ID, "status").text == "ok")
-        max_tokens = browser.find_element(By.ID, "max")
-        max_tokens.clear()
-        max_tokens.send_keys("-1")
-        browser.find_element(By.ID, "send").click()
-        _wait(browser, lambda d: len(d.find_element(By.ID, "answer").text) > 20)
-        assert live.engine.snapshot()["generation"]["state"] == "running"
-        browser.find_element(By.ID, "stop").click()
-        _wait(browser, lambda d: d.find_element(By.ID, "stats").text == "stopped")
-        live.wait_idle()
-        assert live.engine.last_result.finish_reason == "cancelled"
-        assert browser.find_element(By.ID, "send").is_enabled()
-        time.sleep(0.1)
-        _wait(browser, lambda d: d.find_element(By.ID, "status").text == "ok")
-    finally:
-        live.close()
-
-
-def test_page_shows_errors(browser, tmp_path):
-    live = Live(tmp_path, "tiny-scripted", api_key="k")
-    try:
-        browser.get(live.url + "/")
-        _wait(browser, lambda d: d.find_element(By.ID, "status").text == "ok")
-        browser.find_element(By.ID, "send").click()
-        _wait(browser, lambda d: "401" in d.find_element(By.ID, "error").text)
-        browser.find_element(By.ID, "key").send_keys("k")
-        browser.find_element(By.ID, "temp").send_keys("0")
-        browser.find_element(By.ID, "send").click()
-        _wait(browser, lambda d: d.find_element(By.ID, "answer").text == SCRIPTED_TEXT)
     finally:
         live.close()
 

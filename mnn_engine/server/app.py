@@ -147,6 +147,10 @@ class JsonHandler(tornado.web.RequestHandler):
             path = self.request.path
             self.ctx.metrics.request(path if path in self.ctx.routes else "other", self.get_status())
 
+    def error_payload(self, exc: MnnEngineError) -> dict[str, Any]:
+        """The body of an error answer (OpenAI's shape; the Ollama routes add theirs)."""
+        return error_body(exc.code, exc.message, exc.param)
+
     def send_engine_error(self, exc: MnnEngineError) -> None:
         if exc.code == "busy":
             self.set_header("Retry-After", "1")
@@ -154,7 +158,7 @@ class JsonHandler(tornado.web.RequestHandler):
                 self.ctx.metrics.busy.inc()
         elif exc.code == "unauthorized":
             self.set_header("WWW-Authenticate", 'Bearer realm="mnn-engine"')
-        self.send_json(error_body(exc.code, exc.message, exc.param), exc.kind.http_status)
+        self.send_json(self.error_payload(exc), exc.kind.http_status)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
@@ -171,7 +175,7 @@ class JsonHandler(tornado.web.RequestHandler):
             log.error("internal error on %s %s", self.request.method, self.request.path,
                       exc_info=kwargs.get("exc_info"))
         message = self._reason if code == "invalid_argument" else ERROR_CODES[code].meaning
-        self.send_json(error_body(code, message), status_code)
+        self.send_json(self.error_payload(MnnEngineError(code, message)), status_code)
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
         if isinstance(value, (MnnEngineError, tornado.web.HTTPError, StreamClosedError)):
@@ -181,7 +185,7 @@ class JsonHandler(tornado.web.RequestHandler):
 
 class NotFoundHandler(JsonHandler):
     def prepare(self) -> None:
-        super().prepare()
+        self._check_host_and_origin()  # an unknown path is 404 with or without the key
         raise MnnEngineError("not_found", f"no route {self.request.method} {self.request.path}")
 
 
@@ -193,6 +197,19 @@ class IndexHandler(JsonHandler):
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.set_header("Cache-Control", "no-store")
         self.finish(page)
+
+
+def model_capabilities(engine: Engine) -> list[str]:
+    """What the loaded model can do, as Ollama names it: completion, tools,
+    thinking (its chat template knows <think>), vision."""
+    config = engine.llm.file_config
+    template = jsonutil.dumps(config.get("jinja", {})).decode() + str(config.get("chat_template", ""))
+    capabilities = ["completion", "tools"]
+    if "<think>" in template or "enable_thinking" in template:
+        capabilities.append("thinking")
+    if config.get("is_visual"):
+        capabilities.append("vision")
+    return capabilities
 
 
 def active_model_name(engine: Engine) -> str | None:
@@ -210,6 +227,7 @@ class HealthHandler(JsonHandler):
         snap = self.ctx.engine.snapshot()
         model = {k: snap["model"].get(k) for k in ("state", "id", "options", "context_limit")}
         model["name"] = active_model_name(self.ctx.engine)
+        model["capabilities"] = model_capabilities(self.ctx.engine) if model["name"] else []
         status = "stopping" if self.ctx.stopping else ("ok" if model["state"] == "loaded" else "no_model")
         self.send_json({
             "status": status,

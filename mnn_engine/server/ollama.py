@@ -29,7 +29,7 @@ from ..errors import MnnEngineError, invalid
 from ..llm import GenerationResult
 from ..openai_api import ChatRequest, ImagePolicy, OutputParser, parse_chat_request, prompt_opens_thinking
 from ..streaming import astream_pieces
-from .app import BodyHandler, JsonHandler, active_model_name, error_body
+from .app import BodyHandler, JsonHandler, active_model_name, error_body, model_capabilities
 
 #: the Ollama API version these routes follow
 OLLAMA_VERSION = "0.9.0"
@@ -88,11 +88,15 @@ def _openai_messages(messages: Any) -> Any:
             continue
         converted = dict(message)
         images = message.get("images")
+        if images is not None and not isinstance(images, list):
+            raise invalid("images", "'images' must be a list of base64 strings")
         if images:
             converted["content"] = [{"type": "text", "text": message.get("content") or ""},
                                     *(_image_part(i) for i in images)]
             converted.pop("images")
         calls = message.get("tool_calls")
+        if calls is not None and not isinstance(calls, list):
+            raise invalid("tool_calls", "'tool_calls' must be a list")
         if calls:
             converted["tool_calls"] = [
                 {"type": "function", "function": {"name": (c.get("function") or {}).get("name"),
@@ -131,11 +135,8 @@ def _model_entry(engine: Any, name: str) -> dict[str, Any]:
 class OllamaHandler(JsonHandler):
     """Ollama's errors: ``{"error": message}`` (and this server's fields beside it)."""
 
-    def send_engine_error(self, exc: MnnEngineError) -> None:
-        if exc.code == "busy":
-            self.set_header("Retry-After", "1")
-        body = error_body(exc.code, exc.message, exc.param)
-        self.send_json({**body, "error": exc.message, "code": exc.code}, exc.kind.http_status)
+    def error_payload(self, exc: MnnEngineError) -> dict[str, Any]:
+        return {**error_body(exc.code, exc.message, exc.param), "error": exc.message, "code": exc.code}
 
 
 class VersionHandler(OllamaHandler):
@@ -182,11 +183,7 @@ class ShowHandler(OllamaBodyHandler):
         name = self.require_model()
         engine = self.ctx.engine
         config = engine.llm.file_config
-        capabilities = ["completion", "tools"]
-        if config.get("is_visual"):
-            capabilities.append("vision")
-        if "<think>" in json.dumps(config.get("jinja", {})):
-            capabilities.append("thinking")
+        capabilities = model_capabilities(engine)
         self.send_json({"modelfile": "", "parameters": "", "template": "", "details": _details(engine),
                         "model_info": {"general.architecture": config.get("model_type", ""),
                                        "context_length": engine.llm.context_limit},

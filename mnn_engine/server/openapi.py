@@ -199,6 +199,8 @@ def openapi_spec() -> dict[str, Any]:
                 "type": "object", "required": ["messages"], "properties": {
                     "messages": {"type": "array", "minItems": 1, "items": _MESSAGE}}}, (400, 401, 413, 415, 422, 503)),
             "/metrics": _get("Prometheus metrics", **{"text/plain": {"schema": {"type": "string"}}}),
+            "/events": _get("the engine's events (model, generation, server, pull) as server-sent events",
+                            **{"text/event-stream": {"schema": {"type": "string"}}}),
             "/api/version": _get("Ollama: the API version"),
             "/api/tags": _get("Ollama: the models (the loaded one)"),
             "/api/ps": _get("Ollama: the running model"),

@@ -8,7 +8,7 @@ from typing import Any
 
 import tornado.web
 
-from . import metrics, ollama, tokenizer_routes
+from . import events, metrics, ollama, tokenizer_routes
 from .app import (
     ChatCompletionsHandler,
     HealthHandler,
@@ -32,6 +32,7 @@ def make_app(ctx: ServerContext) -> tornado.web.Application:
         *tokenizer_routes.routes(ctx),
         *ollama.routes(ctx),
         *metrics.routes(ctx),
+        *events.routes(ctx),
     ]
     ctx.routes = frozenset(pattern for pattern, *_ in handlers)
     settings: dict[str, Any] = {} if ctx.access_log else {"log_function": lambda handler: None}
