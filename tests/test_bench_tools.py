@@ -59,7 +59,8 @@ def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkey
     text = out.read_text()
     for heading in ("## Targets", "## Our generation loop", "## HTTP streaming", "## Memory", "## Bandwidth ceiling",
                     "## Peers", "## Load time", "## KV-cache quantisation",
-                    "## Where decode time goes", "## Conversations", "## Prompt cache: where", "## Default threads"):
+                    "## Where decode time goes", "## Conversations", "## Prompt cache: where", "## Default threads",
+                    "## Structured output"):
         assert heading in text, heading
     assert "(not measured in this run)" not in text
     assert "| defaults: decode mnn / llama.cpp Q4_0 >= 1.3" in text

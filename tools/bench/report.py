@@ -215,6 +215,25 @@ def cache_exactness_section(data: dict[str, Any]) -> list[str]:
     return [*lines, "```"]
 
 
+def structured_section(data: dict[str, Any]) -> list[str]:
+    decode = data["decode"]
+    lines = ["## Structured output (`tools/bench/structured.py`)", "",
+             f"{data['model']}, {data['threads']} threads, {data['gen']} tokens: decode with a JSON schema "
+             f"{decode['schema_tps']:.1f} tok/s, free text {decode['free_tps']:.1f} tok/s, ratio "
+             f"{decode['ratio']:.3f} (paired rounds). llguidance builds its tokenizer in "
+             f"{data['llguidance']['tokenizer_build_s']:.2f} s once per load.", "",
+             "| schema | llguidance compile ms | mask us/token (mean / p50 / max) | outlines-core compile ms | "
+             "mask us/token |", "|---|---|---|---|---|"]
+    peer = data.get("outlines_core", {}).get("schemas", {})
+    for name, info in data["llguidance"]["schemas"].items():
+        other = peer.get(name, {})
+        theirs = (f"{other['compile_ms']:.1f} | {other['mask_us_mean']:.0f}" if "compile_ms" in other
+                  else "refused | -" if other else "- | -")
+        lines.append(f"| {name} | {info['compile_ms']:.1f} | {info['mask_us_mean']:.0f} / {info['mask_us_p50']:.0f} / "
+                     f"{info['mask_us_max']:.0f} | {theirs} |")
+    return lines
+
+
 def targets_section(results: Path) -> list[str]:
     """Every target of the suite, met or missed, computed from the results."""
     rows: list[tuple[str, str, bool]] = []
@@ -280,6 +299,10 @@ def targets_section(results: Path) -> list[str]:
             rows.append((f"{model}: default threads / fastest count decode >= 0.95",
                          f"{info['default_vs_best']:.3f}x ({info['default']} vs {info['best']})",
                          info["default_vs_best"] >= 0.95))
+    structured = load(results, "structured")
+    if structured:
+        ratio = structured["decode"]["ratio"]
+        rows.append(("decode with a JSON schema / free text >= 0.95", f"{ratio:.3f}x", ratio >= 0.95))
     lines = ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
     lines += [f"| {name} | {value} | {'yes' if ok else '**no**'} |" for name, value, ok in rows]
     return lines
@@ -294,7 +317,7 @@ def main() -> None:
                 ("ceiling", ceiling_section), ("peers", peers_section), ("load", load_section),
                 ("kv_quality", kv_quality_section), ("profile", profile_section),
                 ("conversation", conversation_section), ("cache_exactness", cache_exactness_section),
-                ("threads", threads_section)]
+                ("threads", threads_section), ("structured", structured_section)]
     machine = None
     body: list[str] = []
     for name, render in sections:
