@@ -281,8 +281,7 @@ def _chat(args: argparse.Namespace) -> int:
     engine = Engine()
     save_history: Callable[[], None] = lambda: None  # noqa: E731
     try:
-        # a chat reuses its history's KV cache unless told not to (see the README on its drift)
-        engine.load(args.model, **{"prompt_cache": True, **_load_overrides(args)})
+        engine.load(args.model, **_load_overrides(args))
         save_history = _line_history(engine.store, engine.active_model_id)
         messages: list[dict[str, str]] = []
         if args.system:
@@ -472,8 +471,8 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
                         help="tokens of context (prompt + answer; MNN's max_all_tokens); fewer bounds the KV "
                              "cache's memory (default: the model's config)")
     parser.add_argument("--prompt-cache", action=argparse.BooleanOptionalAction, default=None,
-                        help="keep the KV cache between generations and prefill only what changed "
-                             "(default: on for chat, off otherwise; outputs may differ slightly from a fresh prefill)")
+                        help="keep the KV cache between generations and prefill only what changed (default: on; "
+                             "outputs are the same either way)")
 
 
 def _add_pull_options(parser: argparse.ArgumentParser) -> None:

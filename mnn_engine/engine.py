@@ -58,7 +58,7 @@ class LoadOptions:
     MNN 3.6.1 both give the same results). Modes 3 and 4 are refused: with
     MNN 3.6.1 mode 3 produces garbage text on real models and mode 4
     corrupts the heap on Qwen3-shaped ones. ``prompt_cache`` keeps the KV cache
-    between generations (``Llm(prompt_cache=...)``; off by default, see the README).
+    between generations (``Llm(prompt_cache=...)``; on by default, exact).
     """
 
     backend: str = "cpu"
@@ -68,7 +68,7 @@ class LoadOptions:
     dynamic_option: int | None = None
     quant_qkv: int | None = None
     context_length: int | None = None
-    prompt_cache: bool = False
+    prompt_cache: bool = True
 
     def validate(self) -> LoadOptions:
         if self.backend not in BACKENDS:

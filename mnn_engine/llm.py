@@ -142,12 +142,13 @@ class Llm:
     ``Llm(path, **config_overrides)`` opens a model from its directory or its
     ``config.json``; the overrides (MNN config keys such as ``thread_num``,
     ``precision``, ``max_all_tokens``) are applied before loading.
-    ``prompt_cache=True`` keeps the KV cache between generations and
-    prefills only what a new prompt does not share with the previous one
-    (per call: ``cache_prompt=True/False``); ``GenerationResult.cached_tokens``
-    says how much was reused. It is off by default: MNN 3.6.1's prefill over
-    a kept cache rounds differently from a fresh prefill, so greedy outputs
-    can differ from those without it (measured in README). ``load()``
+    The prompt cache (on by default; ``prompt_cache=False`` turns it off,
+    ``cache_prompt=True/False`` per call) keeps the KV cache between
+    generations and prefills only what a new prompt does not share with the
+    previous one; ``GenerationResult.cached_tokens`` says how much was
+    reused. It is exact: prompts are prefilled in chunks aligned to
+    64-token positions and only whole chunks are kept, so a prefill over
+    the cache computes what a fresh prefill computes, bit for bit. ``load()``
     reads the weights and warms the model up; ``close()`` frees it (also at
     exit). Generation methods take the prompt as text (used as is), token ids,
     or chat messages (``[{"role": ..., "content": ...}]``, rendered with the
@@ -155,7 +156,7 @@ class Llm:
     ``GenerationConfig``). One generation runs at a time per model.
     """
 
-    def __init__(self, model: str | os.PathLike[str], *, prompt_cache: bool = False, **config_overrides: Any) -> None:
+    def __init__(self, model: str | os.PathLike[str], *, prompt_cache: bool = True, **config_overrides: Any) -> None:
         self.config_path = resolve_config_path(model)
         self.model_dir = self.config_path.parent
         self.file_config = validate_model_dir(self.config_path)

@@ -122,7 +122,7 @@ def _parse_options(body: Mapping[str, Any], request: ChatRequest) -> None:
         request.sampling["stop"] = body["stop"]
     if body.get("ignore_eos") is not None:  # llama.cpp's extension: generate the full max_tokens
         request.sampling["ignore_eos"] = _flag(body, "ignore_eos")
-    if body.get("cache_prompt") is not None:  # llama.cpp's name: reuse the KV cache (off by default here)
+    if body.get("cache_prompt") is not None:  # llama.cpp's name: reuse the KV cache (on by default)
         request.sampling["cache_prompt"] = _flag(body, "cache_prompt")
     if body.get("context_overflow") is not None:  # "truncate": drop the oldest messages to fit
         request.sampling["context_overflow"] = body["context_overflow"]

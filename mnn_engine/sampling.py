@@ -29,9 +29,8 @@ class GenerationConfig:
     ``top_logprobs`` alternatives (0..20). ``cache_prompt`` keeps the part
     of the KV cache that the prompt shares with the previous prompt (a
     conversation's earlier turns) and prefills only the rest; None follows
-    ``Llm.prompt_cache`` (off by default: MNN's prefill over a kept cache
-    rounds differently from a fresh one, so outputs can differ slightly; see
-    README). ``context_overflow="truncate"`` drops a chat's oldest messages
+    ``Llm.prompt_cache`` (on by default; outputs are the same either way).
+    ``context_overflow="truncate"`` drops a chat's oldest messages
     after the system prompt, whole, until the prompt and ``max_tokens`` (or
     256 tokens) fit; ``GenerationResult.dropped_messages`` says how many.
     The default, ``"error"``, answers ``context_length_exceeded``.

@@ -379,6 +379,65 @@ cdef class _Sampler:
 
 
 # ---------------------------------------------------------------- the model
+# Prompts are prefilled in chunks whose boundaries sit at multiples of
+# PREFILL_CHUNK positions. A prefill over a kept KV cache then computes
+# exactly the chunks a fresh prefill computes (MNN's kernels round
+# differently for different batch shapes, so an unaligned split would not be
+# bit-identical); the prompt cache keeps whole chunks only. 0: one batch.
+cdef size_t PREFILL_CHUNK = 64
+
+
+def set_prefill_chunk(size_t tokens) -> None:
+    """Chunk size of prompt prefills (0: the whole prompt in one batch). For
+    measurements; the prompt cache is exact only with a fixed, non-zero size."""
+    global PREFILL_CHUNK
+    PREFILL_CHUNK = tokens
+
+
+def prefill_chunk() -> int:
+    return PREFILL_CHUNK
+
+
+cdef size_t kept_prefix(size_t common, size_t prompt_size) noexcept nogil:
+    """How much of a cached prefix to keep: whole chunks, and at least one
+    token of the prompt left to prefill (its logits start the answer)."""
+    if prompt_size == 0:
+        return 0
+    if common > prompt_size - 1:
+        common = prompt_size - 1
+    if PREFILL_CHUNK == 0:  # one batch: nothing lines up, keep what matches but two tokens
+        return common - 1 if common + MIN_PREFILL > prompt_size and common > 0 else common
+    return (common // PREFILL_CHUNK) * PREFILL_CHUNK
+
+
+cdef VARP prefill(Llm* llm, const vector[int]& prompt, size_t keep, atomic[int]* cancel) noexcept nogil:
+    """Prefill prompt[keep:] over a KV cache holding prompt[:keep] (keep 0:
+    from scratch), chunk by chunk; the logits of the last token, or an empty
+    VARP when cancelled between chunks."""
+    cdef VARP logits_var
+    cdef vector[int] chunk
+    cdef size_t start = keep
+    cdef size_t end
+    if keep > 0:
+        if llm.getCurrentHistory() > keep:
+            llm.eraseHistory(keep, 0)
+    else:
+        llm.reset()
+    while start < prompt.size():
+        end = prompt.size()
+        if PREFILL_CHUNK > 0 and end - start > PREFILL_CHUNK - start % PREFILL_CHUNK:
+            end = start - start % PREFILL_CHUNK + PREFILL_CHUNK
+        chunk.assign(prompt.begin() + start, prompt.begin() + end)
+        varp_reset(logits_var)
+        llm.generate_init(NULL, NULL)  # each chunk is a prefill (a forward counts as a generated step)
+        logits_var = llm.forward(chunk, True)
+        start = end
+        if start < prompt.size() and cancel[0].load() != 0:
+            varp_reset(logits_var)
+            break
+    return logits_var
+
+
 cdef cbool score_targets(Llm* llm, const vector[int]& prompt, const vector[int]& targets,
                          atomic[int]* cancel, vector[double]* out) noexcept nogil:
     """Fill ``out`` with log p(target i | prompt, targets before i). False when
@@ -388,9 +447,12 @@ cdef cbool score_targets(Llm* llm, const vector[int]& prompt, const vector[int]&
     cdef int vocab = 0
     cdef int i, token
     cdef vector[int] one = vector[int](1)
-    llm.reset()
-    llm.generate_init(NULL, NULL)
-    logits_var = llm.forward(prompt, True)
+    logits_var = prefill(llm, prompt, 0, cancel)
+    if cancel[0].load() != 0:
+        varp_reset(logits_var)
+        llm.reset()
+        out.clear()
+        return True
     for i in range(<int>targets.size()):
         if cancel[0].load() != 0:
             out.clear()
@@ -627,12 +689,7 @@ cdef class LlmCore:
         cdef vector[int] prompt = prompt_ids
         cdef size_t keep = 0
         if reuse:
-            keep = common_prefix(self._held, prompt)
-            # At least two tokens are prefilled again: MNN computes a single
-            # token with its decode kernels, which round differently from the
-            # prefill kernels a fresh run uses for every prompt token.
-            if keep + MIN_PREFILL > prompt.size():
-                keep = prompt.size() - MIN_PREFILL if prompt.size() > MIN_PREFILL else 0
+            keep = kept_prefix(common_prefix(self._held, prompt), prompt.size())
             if keep > 0 and llm.getCurrentHistory() < self._held.size():
                 keep = 0  # not what MNN holds: never trust it
         self._held.clear()
@@ -761,8 +818,6 @@ cdef class _Loop:
         cdef string piece
         cdef LlmContext* ctx
         cdef vector[int] one = vector[int](1)
-        cdef vector[int] suffix
-        cdef size_t i
         cdef int64_t forward_start
         self.prompt_len = <int>prompt.size()
         self.forward_ns = 0
@@ -771,18 +826,13 @@ cdef class _Loop:
         self.t_first = 0
         self.t_prefill_end = 0
         self.cached = <int>keep
-        if keep > 0:  # the KV cache holds prompt[:keep]: drop what follows it, prefill the rest
-            if self.llm.getCurrentHistory() > keep:
-                self.llm.eraseHistory(keep, 0)
-            self.llm.generate_init(NULL, NULL)
-            for i in range(keep, prompt.size()):
-                suffix.push_back(prompt[i])
-            logits_var = self.llm.forward(suffix, True)
-        else:
-            self.llm.reset()
-            self.llm.generate_init(NULL, NULL)
-            logits_var = self.llm.forward(prompt, True)
+        # the KV cache holds prompt[:keep]: what follows is erased, the rest prefilled
+        logits_var = prefill(self.llm, prompt, keep, self.cancel_flag)
         self.t_prefill_end = monotonic_ns()
+        if self.cancelled():
+            self.finish = F_CANCELLED
+            self.t_end = monotonic_ns()
+            return
         ctx = llm_context(self.llm)
         logits = read_logits(logits_var, &vocab)
         if logits == NULL:

@@ -81,8 +81,8 @@ _CHAT_REQUEST = {
                              "description": "truncate: drop the oldest messages after the system prompt to fit "
                                             "(the X-Context-Dropped-Messages header says how many)"},
         "cache_prompt": {"type": "boolean",
-                         "description": "reuse the KV cache of the previous request (default false: outputs may "
-                                        "differ slightly)"},
+                         "description": "reuse the KV cache of the previous request (default true; the "
+                                        "outputs are the same either way)"},
         "tools": {"type": "array", "items": {"type": "object"}},
         "tool_choice": {"oneOf": [{"type": "string", "enum": ["auto", "none", "required"]}, {"type": "object"}]},
         "response_format": {

@@ -68,7 +68,7 @@ def bench(model: Path, threads: int, prompt_len: int, gen: int, iters: int) -> d
     from mnn_engine.bench import prompt_ids
 
     started = time.perf_counter()
-    llm = Llm(model, thread_num=threads, sampler_type="greedy", max_new_tokens=gen,
+    llm = Llm(model, prompt_cache=False, thread_num=threads, sampler_type="greedy", max_new_tokens=gen,
               max_all_tokens=max(2048, prompt_len + gen + 8)).load()
     load_s = time.perf_counter() - started
     ids = prompt_ids(llm, prompt_len)

@@ -134,7 +134,7 @@ def main() -> None:
 
     model = args.model or str(test_model("qwen3-0.6b-shape"))
     engine = Engine(ModelStore(tempfile.mkdtemp(prefix="mnn-bench-")))
-    engine.load(model, threads=args.threads)
+    engine.load(model, threads=args.threads, prompt_cache=False)  # every round prefills the whole prompt
     messages = [{"role": "user", "content": TEXT * max(1, args.prompt_len // 45)}]
     url = engine.start_server(port=0)
     server_thread = next(t for t in threading.enumerate() if t.name == "mnn-engine-server")

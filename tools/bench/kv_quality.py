@@ -48,7 +48,7 @@ def main() -> None:
     model = test_model("smollm2-135m")
     scores = {}
     for mode in MODES:
-        llm = Llm(model, thread_num=args.threads, quant_qkv=mode).load()
+        llm = Llm(model, thread_num=args.threads, quant_qkv=mode, prompt_cache=False).load()
         try:
             scores[mode] = llm.score(PROMPT, ESSAY)
         finally:

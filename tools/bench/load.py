@@ -43,7 +43,8 @@ from mnn_engine.models import prepare_cache
 path, threads, mmap, cache = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", Path(sys.argv[4])
 start = time.perf_counter()
 prepare_cache(cache, Path(path))
-llm = Llm(path, **LoadOptions(threads=threads, use_mmap=mmap).mnn_config(cache)).load()  # validates the files too
+# validates the files too
+llm = Llm(path, prompt_cache=False, **LoadOptions(threads=threads, use_mmap=mmap).mnn_config(cache)).load()
 ready = time.perf_counter() - start
 print(json.dumps({"load_s": ready - llm.warmup_seconds, "ready_s": ready}))
 """

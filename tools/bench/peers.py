@@ -101,7 +101,7 @@ path, threads, prompt_len, gen, cache = sys.argv[1], int(sys.argv[2]), int(sys.a
 options = LoadOptions(threads=threads, **json.loads(sys.argv[6]))  # defaults: mmap on
 prepare_cache(Path(cache), Path(path))
 start = time.perf_counter()
-llm = Llm(path, **options.mnn_config(Path(cache))).load()
+llm = Llm(path, prompt_cache=False, **options.mnn_config(Path(cache))).load()
 load = time.perf_counter() - start
 ids = prompt_ids(llm, prompt_len)
 runs = [llm.generate(ids, temperature=0, max_tokens=gen, ignore_eos=True) for _ in range(3)][1:]

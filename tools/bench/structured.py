@@ -136,7 +136,7 @@ def main() -> None:
 
     from mnn_engine import Llm
 
-    with Llm(test_model(args.model), thread_num=args.threads) as llm:
+    with Llm(test_model(args.model), thread_num=args.threads, prompt_cache=False) as llm:
         costs = llguidance_costs(llm, args.gen)
         decode = decode_ratio(llm, args.rounds, args.gen)
         answers = {name: info.pop("answer_tokens") for name, info in costs["schemas"].items()}

@@ -37,7 +37,7 @@ def main() -> None:
     results = {}
     for model in args.models:
         path = test_model(model)
-        llms = {n: Llm(path, thread_num=n).load() for n in counts}
+        llms = {n: Llm(path, thread_num=n, prompt_cache=False).load() for n in counts}
         decode: dict[int, list[float]] = {n: [] for n in counts}
         prefill: dict[int, list[float]] = {n: [] for n in counts}
         try:
