@@ -111,10 +111,28 @@ def _validate(ll: Any, tokenizer: Any, grammar: str) -> tuple[bool, str]:
 
 
 # ---------------------------------------------------------------- grammars
+def _control_characters(node: Any) -> bool:
+    """Whether an enum or const string of the schema holds a control character."""
+    if isinstance(node, Mapping):
+        values = list(node.get("enum") or []) if isinstance(node.get("enum"), list) else []
+        if "const" in node:
+            values.append(node["const"])
+        if any(isinstance(v, str) and any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in v) for v in values):
+            return True
+        return any(_control_characters(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_control_characters(v) for v in node)
+    return False
+
+
 def schema_grammar(schema: Mapping[str, Any], what: str = "response_format") -> str:
     ll = _llguidance()
     if not isinstance(schema, Mapping):
         raise invalid(what, "the JSON schema must be an object")
+    if _control_characters(schema):
+        # llguidance 1.x masks and consumes such literals inconsistently: refused rather than failing mid-answer
+        raise invalid(what, "not supported: enum or const strings with control characters (U+0000-U+001F, "
+                            "U+007F-U+009F)")
     try:
         return ll.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults={"whitespace_flexible": False})
     except (ValueError, TypeError) as exc:

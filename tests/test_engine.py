@@ -73,20 +73,24 @@ def test_loaded_model_records_its_options(engine):
     assert model["id"] == "scripted" and model["state"] == "loaded"
     assert model["options"] == {"backend": "cpu", "use_mmap": True, "precision": "high", "threads": 2,
                                 "dynamic_option": None, "quant_qkv": None, "context_length": None,
-                                "prompt_cache": False}
+                                "prompt_cache": True}
     assert engine.snapshot()["engine"] == "ready"
     assert engine.store.cache_path("scripted").is_dir()  # MNN's tmp_path lives in the store
 
 
 def test_prompt_cache_load_option(engine):
-    engine.load("scripted", threads=1, prompt_cache=True)
-    chat = [*CHAT, {"role": "assistant", "content": SCRIPTED_TEXT}, {"role": "user", "content": "again"}]
-    first = engine.chat(CHAT, temperature=0)
+    from mnn_engine import _mnn
+
+    engine.load("scripted", threads=1)  # on by default
+    start = [{"role": "system", "content": "You answer questions. " * 30}, *CHAT]
+    chat = [*start, {"role": "assistant", "content": SCRIPTED_TEXT}, {"role": "user", "content": "again"}]
+    first = engine.chat(start, temperature=0)
     second = engine.chat(chat, temperature=0)
-    assert first.cached_tokens == 0 and second.cached_tokens == len(engine.llm.prompt_ids(CHAT))
+    whole_chunks = len(engine.llm.prompt_ids(start)) // _mnn.prefill_chunk() * _mnn.prefill_chunk()
+    assert first.cached_tokens == 0 and second.cached_tokens == whole_chunks > 0
     assert engine.snapshot()["model"]["prompt_cache_tokens"] == len(engine.llm.prompt_ids(chat))
-    engine.load("scripted", threads=1)  # off by default
-    engine.chat(CHAT, temperature=0)
+    engine.load("scripted", threads=1, prompt_cache=False)
+    engine.chat(start, temperature=0)
     assert engine.chat(chat, temperature=0).cached_tokens == 0
 
 

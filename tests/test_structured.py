@@ -31,6 +31,10 @@ CLOCK = {"type": "function", "function": {
 
 
 # ---------------------------------------------------------------- schemas hypothesis draws
+#: enum strings without control characters (refused: see test_refusals_name_what_is_not_supported)
+PRINTABLE = st.characters(blacklist_categories=("Cc", "Cs"))
+
+
 def _leaf() -> st.SearchStrategy[dict]:
     return st.one_of(
         st.builds(lambda lo, span: {"type": "integer", "minimum": lo, "maximum": lo + span},
@@ -39,9 +43,9 @@ def _leaf() -> st.SearchStrategy[dict]:
         st.builds(lambda n: {"type": "string", "maxLength": n}, st.integers(0, 8)),
         st.builds(lambda p: {"type": "string", "pattern": p}, st.sampled_from(["^[a-z]{1,5}$", "^[0-9]{3}$",
                                                                                "^(yes|no)$"])),
-        st.builds(lambda values: {"enum": values}, st.lists(st.one_of(st.text(max_size=4), st.integers(-9, 9),
-                                                                      st.booleans(), st.none()),
-                                                            min_size=1, max_size=4, unique=True)),
+        st.builds(lambda values: {"enum": values},
+                  st.lists(st.one_of(st.text(PRINTABLE, max_size=4), st.integers(-9, 9), st.booleans(), st.none()),
+                           min_size=1, max_size=4, unique=True)),
         st.just({"type": "null"}),
     )
 
@@ -117,6 +121,8 @@ def test_streaming_follows_the_grammar_too(tiny):
     ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {
         "a": {"type": "string", "format": "no-such-format"}}}}}}, "response_format"),
     ({"grammar": "start: undefined_rule"}, "grammar"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {
+        "a": {"enum": ["ok", "j\u0080h"]}}}}}}, "response_format"),
     ({"grammar": 42}, "grammar"),
     ({"response_format": {"type": "json_object"}, "grammar": 'start: "x"'}, "response_format"),
     ({"tool_choice": "required"}, "tool_choice"),

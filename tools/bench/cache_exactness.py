@@ -7,12 +7,12 @@ For each kept length K and new length S, the prompt's first K tokens are
 prefilled and kept (the prompt cache), then the next S tokens are prefilled
 over them; the first generated token's top-5 log-probabilities are compared
 with a fresh prefill of all K + S tokens. One row per K, one character per S:
-``.`` identical, ``x`` different. This is the evidence behind the prompt cache
-being opt-in (README): with MNN 3.6.1 on x86-64 AVX2 the result depends on
-how the split falls against MNN's row tiling (a period of 24 tokens for
-short prompts, another beyond), on the thread count not at all, and it is
-deterministic. Re-run it on a new MNN or another CPU before changing the
-default.
+``.`` identical, ``x`` different. With prefills in one batch (``--chunk 0``)
+MNN 3.6.1 on x86-64 AVX2 gives identical results only where the split falls
+right against its row tiling (a period of 24 tokens for short prompts,
+another beyond; deterministic, independent of threads). With the aligned
+chunks mnn-engine prefills in (the default), every split is identical: the
+prompt cache is exact. Re-run it on a new MNN or another CPU.
 """
 
 from __future__ import annotations
@@ -35,9 +35,13 @@ def main() -> None:
     parser.add_argument("--kept", default="20,21,22,23,24,25,26,47,48,72,96")
     parser.add_argument("--max-new", type=int, default=50)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--chunk", type=int, default=None, help="prefill chunk (0: one batch; default: the engine's)")
     args = parser.parse_args()
 
-    from mnn_engine import Llm
+    from mnn_engine import Llm, _mnn
+
+    if args.chunk is not None:
+        _mnn.set_prefill_chunk(args.chunk)
 
     path = test_model(args.model)
     with Llm(path, thread_num=args.threads) as cached, Llm(path, thread_num=args.threads) as fresh:
@@ -58,6 +62,7 @@ def main() -> None:
     total = sum(len(row) for row in rows.values())
     print(f"identical in {exact} of {total} splits")
     save("cache_exactness", {"machine": machine(), "model": args.model, "threads": args.threads,
+                             "chunk": _mnn.prefill_chunk(),
                              "new_from": 2, "rows": rows, "identical": exact, "splits": total})
 
 

@@ -210,7 +210,8 @@ def cache_exactness_section(data: dict[str, Any]) -> list[str]:
     lines = ["## Prompt cache: where a kept prefill is exact (`tools/bench/cache_exactness.py`)", "",
              f"{data['model']}: K tokens prefilled and kept, then S more prefilled over them, against one fresh "
              f"prefill of K + S (first token's top-5 log-probabilities). `.` identical, `x` different; S from "
-             f"{data['new_from']}. Identical in {data['identical']} of {data['splits']} splits.", "", "```"]
+             f"{data['new_from']}; prefill chunk {data.get('chunk', 0) or 'none (one batch)'}. Identical in "
+             f"{data['identical']} of {data['splits']} splits.", "", "```"]
     lines += [f"K={k:>4} {row}" for k, row in data["rows"].items()]
     return [*lines, "```"]
 
