@@ -246,6 +246,16 @@ class _Generation(OllamaBodyHandler):
             if self._future is not None and not self._future.done():
                 engine.cancel_generation()
 
+    def begin(self) -> tuple[str, Mapping[str, Any], bool, ImagePolicy]:
+        """What both routes check first: the model, the body, whether to stream, the image policy."""
+        model = self.require_model()
+        body = self.parse_body()
+        if not isinstance(body, Mapping):
+            raise invalid("body", "the request body must be a JSON object")
+        policy = ImagePolicy(model_is_visual=bool(self.ctx.engine.llm.file_config.get("is_visual")),
+                             allow_file_urls=False)
+        return model, body, _stream_flag(body), policy
+
     async def _lines(self, deltas: list[Any], frame: Any) -> None:
         for delta in deltas:
             content, thinking, calls = _split([delta])
@@ -285,13 +295,7 @@ def _stream_flag(body: Mapping[str, Any]) -> bool:
 
 class ChatHandler(_Generation):
     async def post(self) -> None:
-        model = self.require_model()
-        body = self.parse_body()
-        if not isinstance(body, Mapping):
-            raise invalid("body", "the request body must be a JSON object")
-        stream = _stream_flag(body)
-        policy = ImagePolicy(model_is_visual=bool(self.ctx.engine.llm.file_config.get("is_visual")),
-                             allow_file_urls=False)
+        model, body, stream, policy = self.begin()
         request = _chat_request(body, _openai_messages(body.get("messages")), policy)
 
         def frame(content: str, thinking: str, calls: Any) -> dict[str, Any]:
@@ -310,11 +314,7 @@ class ChatHandler(_Generation):
 
 class GenerateHandler(_Generation):
     async def post(self) -> None:
-        model = self.require_model()
-        body = self.parse_body()
-        if not isinstance(body, Mapping):
-            raise invalid("body", "the request body must be a JSON object")
-        stream = _stream_flag(body)
+        model, body, stream, policy = self.begin()
         prompt = body.get("prompt", "")
         if not isinstance(prompt, str):
             raise invalid("prompt", "'prompt' must be text")
@@ -332,8 +332,6 @@ class GenerateHandler(_Generation):
         if body.get("images"):
             user["images"] = body["images"]
         messages.append(user)
-        policy = ImagePolicy(model_is_visual=bool(self.ctx.engine.llm.file_config.get("is_visual")),
-                             allow_file_urls=False)
         request = _chat_request({k: v for k, v in body.items() if k != "tools"}, _openai_messages(messages), policy)
         if raw:
             request.enable_thinking = None  # the prompt is used as it is: no template to tell
