@@ -36,7 +36,7 @@ DEFAULT_MAX_IMAGE_BYTES = 10 * 1024 * 1024
 MAX_IMAGES = 8
 WORD_JOINER = "\u2060"
 _MEDIA_TAG = re.compile(r"</?(?:img|audio|video|hw)>", re.IGNORECASE)
-_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
                     "repetition_penalty", "seed", "logit_bias")
 
 
@@ -93,7 +93,7 @@ def parse_chat_request(body: Any, images: ImagePolicy | None = None) -> ChatRequ
     return request
 
 
-def _flag(body: Mapping[str, Any], name: str) -> bool:
+def boolean_field(body: Mapping[str, Any], name: str) -> bool:
     value = body.get(name, False)
     if value is None:
         return False
@@ -115,24 +115,24 @@ def _parse_options(body: Mapping[str, Any], request: ChatRequest) -> None:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
             raise bad("max_tokens", "'max_tokens' must be an integer (-1 for no limit)")
         request.sampling["max_tokens"] = max_tokens
-    for name in _SAMPLING_FIELDS:
+    for name in SAMPLING_FIELDS:
         if body.get(name) is not None:
             request.sampling[name] = body[name]
     if body.get("stop") is not None:
         request.sampling["stop"] = body["stop"]
     if body.get("ignore_eos") is not None:  # llama.cpp's extension: generate the full max_tokens
-        request.sampling["ignore_eos"] = _flag(body, "ignore_eos")
+        request.sampling["ignore_eos"] = boolean_field(body, "ignore_eos")
     if body.get("cache_prompt") is not None:  # llama.cpp's name: reuse the KV cache (on by default)
-        request.sampling["cache_prompt"] = _flag(body, "cache_prompt")
+        request.sampling["cache_prompt"] = boolean_field(body, "cache_prompt")
     if body.get("context_overflow") is not None:  # "truncate": drop the oldest messages to fit
         request.sampling["context_overflow"] = body["context_overflow"]
-    request.stream = _flag(body, "stream")
+    request.stream = boolean_field(body, "stream")
     options = body.get("stream_options")
     if options is not None:
         if not isinstance(options, Mapping):
             raise bad("stream_options", "'stream_options' must be an object")
-        request.include_usage = _flag(options, "include_usage")
-    if _flag(body, "logprobs"):
+        request.include_usage = boolean_field(options, "include_usage")
+    if boolean_field(body, "logprobs"):
         request.sampling["logprobs"] = True
         if body.get("top_logprobs") is not None:
             request.sampling["top_logprobs"] = body["top_logprobs"]
@@ -527,12 +527,12 @@ def logprobs_object(entries: tuple[TokenLogprob, ...] | None, token_bytes) -> di
 
     def item(token: int, logprob: float) -> dict[str, Any]:
         raw = token_bytes(token)
-        return {"token": raw.decode("utf-8", "replace"), "logprob": _finite(logprob), "bytes": list(raw)}
+        return {"token": raw.decode("utf-8", "replace"), "logprob": finite_logprob(logprob), "bytes": list(raw)}
 
     return {"content": [
         {**item(e.token_id, e.logprob), "top_logprobs": [item(t, lp) for t, lp in e.top]} for e in entries
     ]}
 
 
-def _finite(value: float) -> float:
+def finite_logprob(value: float) -> float:
     return value if math.isfinite(value) else -9999.0

@@ -333,9 +333,13 @@ class BodyHandler(JsonHandler):
         self.set_header("X-Accel-Buffering", "no")
 
     async def send_event(self, data: Any) -> None:
+        await self.send_now(b"data: " + jsonutil.dumps(data) + b"\n\n")
+
+    async def send_now(self, payload: bytes) -> None:
+        """Write and flush a piece of a streamed answer (nothing once the client is gone)."""
         if self._closed:
             return
-        self.write(b"data: " + jsonutil.dumps(data) + b"\n\n")
+        self.write(payload)
         try:
             await self.flush()
         except StreamClosedError:

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import MnnEngineError
 from ..llm import GenerationResult, TokenLogprob
-from ..openai_api import _SAMPLING_FIELDS, _finite, _flag, bad
+from ..openai_api import SAMPLING_FIELDS, Completion, bad, boolean_field, finite_logprob
 from ..streaming import astream_pieces
 from .app import BodyHandler, error_body
 
@@ -50,7 +49,7 @@ def parse_completion_request(body: Any) -> CompletionRequest:
     for name in ("n", "best_of"):
         if body.get(name) not in (None, 1):
             raise bad(name, f"only {name}=1 is supported")
-    sampling: dict[str, Any] = {name: body[name] for name in _SAMPLING_FIELDS if body.get(name) is not None}
+    sampling: dict[str, Any] = {name: body[name] for name in SAMPLING_FIELDS if body.get(name) is not None}
     max_tokens = body.get("max_tokens", DEFAULT_MAX_TOKENS)
     if max_tokens is not None:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
@@ -63,17 +62,17 @@ def parse_completion_request(body: Any) -> CompletionRequest:
         if isinstance(logprobs, bool) or not isinstance(logprobs, int) or not 0 <= logprobs <= MAX_LEGACY_LOGPROBS:
             raise bad("logprobs", f"'logprobs' must be an integer from 0 to {MAX_LEGACY_LOGPROBS}")
         sampling.update(logprobs=True, top_logprobs=logprobs)
-    echo = _flag(body, "echo")
+    echo = boolean_field(body, "echo")
     if echo and logprobs is not None:
         raise bad("echo", "'echo' with 'logprobs' is not supported (the prompt's log-probabilities are not computed)")
     if body.get("response_format") is not None:
         sampling["response_format"] = body["response_format"]
-    request = CompletionRequest(prompt=prompt, sampling=sampling, stream=_flag(body, "stream"), echo=echo)
+    request = CompletionRequest(prompt=prompt, sampling=sampling, stream=boolean_field(body, "stream"), echo=echo)
     options = body.get("stream_options")
     if options is not None:
         if not isinstance(options, Mapping):
             raise bad("stream_options", "'stream_options' must be an object")
-        request.include_usage = _flag(options, "include_usage")
+        request.include_usage = boolean_field(options, "include_usage")
     return request
 
 
@@ -86,19 +85,19 @@ def legacy_logprobs(entries: tuple[TokenLogprob, ...] | None, token_bytes, offse
     for entry in entries:
         text = token_bytes(entry.token_id).decode("utf-8", "replace")
         out["tokens"].append(text)
-        out["token_logprobs"].append(_finite(entry.logprob))
-        out["top_logprobs"].append({token_bytes(t).decode("utf-8", "replace"): _finite(lp) for t, lp in entry.top})
+        out["token_logprobs"].append(finite_logprob(entry.logprob))
+        out["top_logprobs"].append({token_bytes(t).decode("utf-8", "replace"): finite_logprob(lp)
+                                    for t, lp in entry.top})
         out["text_offset"].append(offset)
         offset += len(text)
     return out
 
 
 @dataclass
-class TextCompletion:
-    model: str
-    fingerprint: str
+class TextCompletion(Completion):
+    """The identity of one legacy completion (``cmpl-`` ids)."""
+
     id: str = field(default_factory=lambda: "cmpl-" + secrets.token_hex(12))
-    created: int = field(default_factory=lambda: int(time.time()))
 
     def envelope(self, text: str, finish_reason: str | None, logprobs: Any = None, **extra: Any) -> dict[str, Any]:
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,

@@ -22,7 +22,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tornado.ioloop import IOLoop
-from tornado.iostream import StreamClosedError
 
 from .. import jsonutil
 from ..errors import MnnEngineError, invalid
@@ -168,13 +167,7 @@ class OllamaBodyHandler(BodyHandler, OllamaHandler):
     """A POST route of Ollama's, and NDJSON streams."""
 
     async def send_line(self, data: Any) -> None:
-        if self._closed:
-            return
-        self.write(jsonutil.dumps(data) + b"\n")
-        try:
-            await self.flush()
-        except StreamClosedError:
-            self._client_gone()
+        await self.send_now(jsonutil.dumps(data) + b"\n")
 
 
 class ShowHandler(OllamaBodyHandler):
