@@ -173,7 +173,8 @@ class Llm:
         #: Reuse the KV cache across generations by default (GenerationConfig.cache_prompt decides per call).
         self.prompt_cache = prompt_cache
         self._core: _mnn.LlmCore | None = None
-        self._loads = 0
+        #: what is computed once per loaded model (e.g. the grammar engine's tokenizer); emptied by load and close
+        self.load_cache: dict[str, Any] = {}
         self._finalizer: weakref.finalize | None = None
         # _state_lock orders load/close; every native call holds a lease on
         # the core (_users), and close() frees the core only when the last
@@ -224,7 +225,7 @@ class Llm:
                 detail = "; ".join(lines) or "no message from MNN"
                 raise MnnEngineError("model_load_failed", f"MNN could not load {self.config_path}: {detail}")
             self._core = core
-            self._loads += 1
+            self.load_cache.clear()
             self._finalizer = weakref.finalize(self, _close_core, core)
             config = json.loads(core.dump_config())
             self._vocab_size = core.vocab_size()  # one short forward: the warm-up
@@ -258,6 +259,7 @@ class Llm:
                 core, self._core = self._core, None
             if core is None:
                 return
+            self.load_cache.clear()
             core.cancel()
             with self._users_cond:
                 self._users_cond.wait_for(lambda: self._users == 0)
@@ -357,11 +359,6 @@ class Llm:
         with self._using() as core:
             n = self._vocab_size
             return [core.token_bytes(i) for i in range(n)], [i for i in range(n) if core.is_stop(i)]
-
-    @property
-    def load_generation(self) -> int:
-        """A number that changes with every load (for caches kept per loaded model)."""
-        return self._loads
 
     def detokenize(self, token_ids: Sequence[int]) -> str:
         """Text of the tokens; incomplete UTF-8 at the end becomes U+FFFD."""

@@ -149,6 +149,11 @@ def _dir_size(root: Path) -> int:
     return total
 
 
+def _exists(model_id: str) -> MnnEngineError:
+    return MnnEngineError("model_exists", f"a model {model_id!r} is already in the store (replace it with "
+                          "--replace / replace=True, or pick another ID with --id / model_id=)", param="model_id")
+
+
 def read_source(model_dir: Path) -> dict[str, Any] | None:
     """Where a pulled model came from (None for an imported one)."""
     with contextlib.suppress(OSError, ValueError):
@@ -343,18 +348,14 @@ class ModelStore:
         validate_model_dir(src)
         new_id = check_model_id(model_id) if model_id is not None else model_id_from_name(src.resolve().name)
         if self.exists(new_id) and not replace:
-            raise MnnEngineError("model_exists", f"a model {new_id!r} is already in the store (replace it with "
-                                 "--replace / replace=True, or pick another ID with --id / model_id=)",
-                                 param="model_id")
+            raise _exists(new_id)
         with self.changing(new_id, "import", busy_code="model_exists" if not replace else "model_in_use"):
             return self._import_locked(src, new_id, replace, progress)
 
     def _import_locked(self, src: Path, new_id: str, replace: bool, progress: ProgressCallback | None) -> ModelInfo:
         final = self.models_dir / new_id
         if (final / CONFIG_NAME).is_file() and not replace:
-            raise MnnEngineError("model_exists", f"a model {new_id!r} is already in the store (replace it with "
-                                 "--replace / replace=True, or pick another ID with --id / model_id=)",
-                                 param="model_id")
+            raise _exists(new_id)
         if final.exists() and src.resolve() == final.resolve():
             raise MnnEngineError("invalid_argument", "the source is the stored model itself", param="source")
         self.models_dir.mkdir(parents=True, exist_ok=True)

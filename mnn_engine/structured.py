@@ -2,9 +2,9 @@
 
 The grammar engine is llguidance (the optional extra ``mnn-engine[structured]``):
 it computes, before each token, the set of tokens that keep the output inside
-the grammar; the native loop applies it to the logits before our sampler
-(``Constraint.fill_mask``) and reports the token chosen (``consume``). End
-tokens are allowed only where the grammar may end.
+the grammar; the native loop reports the token it chose and gets the next
+mask in one call (``Constraint.step``) and applies the mask to the logits
+before our sampler. End tokens are allowed only where the grammar may end.
 
 Grammars come from OpenAI's ``response_format`` (``json_object``,
 ``json_schema``), from enforced tool calls (``tool_choice`` "required" or a
@@ -60,18 +60,17 @@ _lock = threading.Lock()
 
 
 def tokenizer_for(llm: Llm) -> Any:
-    """llguidance's tokenizer for a loaded model, built once per load (about a
-    second for a 150k vocabulary) and kept on the ``Llm``."""
+    """llguidance's tokenizer for a loaded model, built once per load (under a
+    second for a 150k vocabulary) and kept in ``llm.load_cache``."""
     ll = _llguidance()
     with _lock:
-        cached = llm.__dict__.get("_grammar_tokenizer")
-        if cached is None or cached[0] != llm.load_generation:
+        tokenizer = llm.load_cache.get("grammar_tokenizer")
+        if tokenizer is None:
             vocab = _Vocabulary(llm)
             tokenizer = ll.LLTokenizer(ll.TokenizerWrapper(vocab), n_vocab=len(vocab.tokens),
                                        eos_token=vocab.stop_ids or None)
-            cached = (llm.load_generation, tokenizer)
-            llm.__dict__["_grammar_tokenizer"] = cached
-        return cached[1]
+            llm.load_cache["grammar_tokenizer"] = tokenizer
+        return tokenizer
 
 
 class Constraint:
@@ -79,35 +78,21 @@ class Constraint:
 
     def __init__(self, llm: Llm, grammar: str, what: str) -> None:
         ll = _llguidance()
-        tokenizer = tokenizer_for(llm)
-        ok, warnings_or_error = _validate(ll, tokenizer, grammar)
-        if not ok:
-            raise invalid(what, f"not supported: {warnings_or_error}")
-        self.matcher = ll.LLMatcher(tokenizer, grammar)
+        # compiles the grammar; an unsupported one leaves the matcher in its error state (it never raises)
+        self.matcher = ll.LLMatcher(tokenizer_for(llm), grammar)
         if self.matcher.is_error():
             raise invalid(what, f"not supported: {self.matcher.get_error()}")
         self.what = what
 
-    def fill_mask(self, address: int, nbytes: int) -> None:
+    def step(self, token: int, address: int, nbytes: int) -> None:
+        """Take the token the loop chose (none before the first, ``token`` < 0)
+        and write the mask of the tokens allowed next to ``address``."""
+        if token >= 0 and not self.matcher.consume_token(token):
+            raise MnnEngineError("generation_failed", f"{self.what}: the grammar refused token {token}: "
+                                 f"{self.matcher.get_error()}")
         self.matcher.unsafe_compute_mask_ptr(address, nbytes)
         if self.matcher.is_error():
             raise MnnEngineError("generation_failed", f"{self.what}: {self.matcher.get_error()}")
-
-    def consume(self, token: int) -> None:
-        if not self.matcher.consume_token(token):
-            raise MnnEngineError("generation_failed", f"{self.what}: the grammar refused token {token}: "
-                                 f"{self.matcher.get_error()}")
-
-    @property
-    def complete(self) -> bool:
-        return bool(self.matcher.is_accepting())
-
-
-def _validate(ll: Any, tokenizer: Any, grammar: str) -> tuple[bool, str]:
-    is_error, messages = ll.LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
-    if is_error:
-        return False, "; ".join(messages) if messages else "invalid grammar"
-    return True, ""
 
 
 # ---------------------------------------------------------------- grammars

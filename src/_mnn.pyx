@@ -790,7 +790,7 @@ cdef class _Loop:
     cdef atomic[int]* cancel_flag
     cdef unordered_map[int, string]* token_text
     cdef int fail_after
-    # structured output: fill_mask(address, nbytes) before each token, consume(token) after
+    # structured output: step(previous token, mask address, mask bytes) before each token
     cdef object constraint
     cdef cbool has_constraint
     # outputs
@@ -849,7 +849,7 @@ cdef class _Loop:
             if self.cancelled():
                 self.finish = F_CANCELLED
                 break
-            if self.has_constraint and not self.constrain(-1):
+            if self.has_constraint and not self.constrain(self.tokens.back() if self.tokens.size() > 0 else -1):
                 return
             token = self.sampler.sample(logits)
             if self.t_first == 0:
@@ -857,8 +857,6 @@ cdef class _Loop:
             if not self.ignore_eos and self.llm.is_stop(token):
                 self.finish = F_STOP
                 break
-            if self.has_constraint and not self.constrain(token):
-                return
             self.sampler.accept(token)
             self.tokens.push_back(token)
             if self.sampler.p.top_logprobs >= 0:
@@ -893,15 +891,13 @@ cdef class _Loop:
             self.flush_held()
         self.t_end = monotonic_ns()
 
-    cdef cbool constrain(self, int token) noexcept nogil:
-        """Fill the sampler's mask for the next token (token < 0), or tell the
-        constraint the token chosen. False (the generation failed) when it raises."""
+    cdef cbool constrain(self, int previous) noexcept nogil:
+        """Tell the constraint the token chosen last (-1 before the first) and
+        fill the sampler's mask for the next, in one hold of the GIL. False
+        (the generation failed) when it raises."""
         with gil:
             try:
-                if token < 0:
-                    self.constraint.fill_mask(<size_t>self.sampler.mask.data(), self.sampler.mask.size() * 4)
-                else:
-                    self.constraint.consume(token)
+                self.constraint.step(previous, <size_t>self.sampler.mask.data(), self.sampler.mask.size() * 4)
                 return True
             except BaseException as exc:
                 self.error = exc

@@ -44,43 +44,40 @@ class _Hasher:
         return self.h.hexdigest() == self.expected
 
 
-def _hash_existing(part: Path, hasher: _Hasher, limit: int) -> int:
-    """Feed what a previous attempt left into the hash; its length."""
+def _resume(part: Path, remote: RemoteFile) -> tuple[_Hasher, int]:
+    """The hash of what an earlier attempt left in ``part``, and its length
+    (a part longer than the file cannot be right: it is dropped)."""
+    hasher = _Hasher(remote)
+    if part.is_file() and part.stat().st_size > remote.size:
+        part.unlink()
+    if not part.is_file():
+        return hasher, 0
     done = 0
     with open(part, "rb") as reader:
-        while done < limit and (chunk := reader.read(min(CHUNK, limit - done))):
+        while chunk := reader.read(CHUNK):
             hasher.update(chunk)
             done += len(chunk)
-    return done
+    return hasher, done
 
 
 def download(remote: RemoteFile, dest: Path, headers: dict[str, str], source: str, *,
-             on_bytes: ByteCallback | None = None, backoff: tuple[float, ...] = BACKOFF_S) -> int:
-    """Download ``remote`` to ``dest`` (via ``dest.part``); returns the bytes
-    fetched over the network in this call. A finished, verified ``dest`` is
-    kept as it is."""
+             on_bytes: ByteCallback | None = None, backoff: tuple[float, ...] = BACKOFF_S) -> None:
+    """Download ``remote`` to ``dest`` (via ``dest.part``), resuming what an
+    earlier attempt left. A finished, verified ``dest`` is kept as it is."""
     if dest.is_file() and dest.stat().st_size == remote.size:
-        return 0
+        return
     part = dest.with_name(dest.name + PART_SUFFIX)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    hasher = _Hasher(remote)
-    have = 0
-    if part.is_file():
-        if part.stat().st_size > remote.size:
-            part.unlink()
-        else:
-            have = _hash_existing(part, hasher, remote.size)
-            if on_bytes and have:
-                on_bytes(have)
-    fetched = 0
+    hasher, have = _resume(part, remote)
+    if on_bytes and have:
+        on_bytes(have)
     attempt = 0
     while have < remote.size:
         try:
             got = _fetch_range(remote, part, have, hasher, headers, source, on_bytes)
-            have += got
-            fetched += got
             if got == 0:
                 raise ConnectionError("the source sent no bytes")
+            have += got
         except _Restart:
             part.unlink(missing_ok=True)
             hasher, have = _Hasher(remote), 0
@@ -93,10 +90,7 @@ def download(remote: RemoteFile, dest: Path, headers: dict[str, str], source: st
                 raise MnnEngineError("pull_failed", f"{remote.path}: {exc} (after {RETRIES} retries; pull again "
                                      "to resume)", param="files") from exc
             time.sleep(backoff[min(attempt - 1, len(backoff) - 1)])
-            have = part.stat().st_size if part.is_file() else 0
-            hasher = _Hasher(remote)
-            if have:
-                _hash_existing(part, hasher, have)
+            hasher, have = _resume(part, remote)  # what the failed attempt wrote before it broke counts
     if not part.exists():  # an empty file
         part.touch()
     if not hasher.matches():
@@ -104,7 +98,6 @@ def download(remote: RemoteFile, dest: Path, headers: dict[str, str], source: st
         raise MnnEngineError("pull_corrupt", f"{remote.path}: its {hasher.kind} does not match the source's; "
                              "the download was deleted", param="files")
     os.replace(part, dest)
-    return fetched
 
 
 class _Restart(Exception):

@@ -85,12 +85,12 @@ def pull(store: ModelStore, spec: str, *, model_id: str | None = None, revision:
     lister, default_id = resolve_spec(spec, source)
     if model_id is not None:
         check_model_id(model_id)
-    if model_id is None and default_id is not None and store.exists(default_id) and not update:
-        return store.get(default_id)  # nothing to do: --update fetches a newer revision
+    known = model_id or default_id  # None: a manifest names it
+    if known is not None and store.exists(known) and not update:
+        return store.get(known)  # nothing to do: --update fetches a newer revision
     listing = lister(revision)
-    if model_id is None:
-        model_id = default_id or model_id_from_name(listing.model_id or "")
-    if store.exists(model_id) and not update:
+    model_id = known or model_id_from_name(listing.model_id or "")
+    if known is None and store.exists(model_id) and not update:
         return store.get(model_id)
     current = read_source(store.path(model_id)) if store.exists(model_id) else None
     if current and current.get("repo") == listing.repo and current.get("commit") == listing.commit:
@@ -169,13 +169,10 @@ def _fetch_all(work: Path, listing: Listing, progress: Progress | None, workers:
     order = sorted(range(len(listing.files)), key=lambda i: -listing.files[i].size)
     pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="mnn-pull")
     try:
-        futures = [pool.submit(fetch, i) for i in order]
-        finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        for future in finished:
-            if future.exception() is not None and not isinstance(future.exception(), _Stopped):
-                raise future.exception()
-        for future in futures:
-            future.result()
+        finished, _ = wait([pool.submit(fetch, i) for i in order], return_when=FIRST_EXCEPTION)
+        failed = next((f.exception() for f in finished if f.exception() is not None), None)
+        if failed is not None:  # the first file that failed, not the first submitted
+            raise failed
     except BaseException:
         stop.set()  # Ctrl-C or a failed file: the others stop at their next chunk, their bytes kept
         raise

@@ -8,11 +8,12 @@ generation thread; their pieces come back through ``mnn_engine.streaming``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import ipaddress
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,6 +148,12 @@ class JsonHandler(tornado.web.RequestHandler):
             path = self.request.path
             self.ctx.metrics.request(path if path in self.ctx.routes else "other", self.get_status())
 
+    def start_events(self) -> None:
+        """Server-sent events from here on."""
+        self.set_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.set_header("Cache-Control", "no-cache")
+        self.set_header("X-Accel-Buffering", "no")
+
     def error_payload(self, exc: MnnEngineError) -> dict[str, Any]:
         """The body of an error answer (OpenAI's shape; the Ollama routes add theirs)."""
         return error_body(exc.code, exc.message, exc.param)
@@ -264,6 +271,9 @@ class BodyHandler(JsonHandler):
     (``parse_body``), and the generation it may start: cancelled when the
     client goes away or the server stops."""
 
+    #: this request's place in the queue (server.queue), while it waits or holds the turn
+    _queue_waiter: Any = None
+
     def prepare(self) -> None:
         super().prepare()
         self._body = bytearray()
@@ -326,12 +336,6 @@ class BodyHandler(JsonHandler):
             self.check_not_cancelled(self._future.result())
         return first
 
-    def start_events(self) -> None:
-        """Server-sent events from here on."""
-        self.set_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.set_header("Cache-Control", "no-cache")
-        self.set_header("X-Accel-Buffering", "no")
-
     async def send_event(self, data: Any) -> None:
         await self.send_now(b"data: " + jsonutil.dumps(data) + b"\n\n")
 
@@ -350,10 +354,20 @@ class BodyHandler(JsonHandler):
             self.write(b"data: [DONE]\n\n")
             self.finish()
 
-    async def wait_turn(self) -> None:
-        """Wait in the queue (``serve --queue``) until the model is free for this request."""
-        if self.ctx.queue is not None:
-            await self.ctx.queue.turn(self)
+    @contextlib.asynccontextmanager
+    async def generation_turn(self) -> AsyncIterator[None]:
+        """Around a route's generation: it counts as active (the server cancels
+        it when stopping), waits its turn in the queue (``serve --queue``), and
+        a generation still running when the route ends is cancelled."""
+        self.ctx.active.add(self)
+        try:
+            if self.ctx.queue is not None:
+                await self.ctx.queue.turn(self)
+            yield
+        finally:
+            self.ctx.active.discard(self)
+            if self._future is not None and not self._future.done():
+                self.ctx.engine.cancel_generation()
 
     def on_finish(self) -> None:
         super().on_finish()
@@ -418,18 +432,12 @@ class ChatCompletionsHandler(BodyHandler):
             return OutputParser(in_reasoning=prompt_opens_thinking(prompt or ""), parse_tools=request.parse_tools)
 
         completion = Completion(model=model, fingerprint=self.ctx.fingerprint)
-        self.ctx.active.add(self)
-        try:
-            await self.wait_turn()
+        async with self.generation_turn():
             if request.stream:
                 await self._stream(submit, parser, request, completion)
             else:
                 submit(None)
                 await self._whole(parser, completion)
-        finally:
-            self.ctx.active.discard(self)
-            if self._future is not None and not self._future.done():
-                engine.cancel_generation()
 
     async def _whole(self, make_parser: Callable[[], OutputParser], completion: Completion) -> None:
         result = await asyncio.wrap_future(self._future)

@@ -120,9 +120,7 @@ class CompletionsHandler(BodyHandler):
             self._future = engine.submit(request.prompt, put, **request.sampling)
             return self._future
 
-        self.ctx.active.add(self)
-        try:
-            await self.wait_turn()
+        async with self.generation_turn():
             if request.stream:
                 await self._stream(submit, request, completion, prefix)
             else:
@@ -135,10 +133,6 @@ class CompletionsHandler(BodyHandler):
                                                    legacy_logprobs(result.logprobs, engine.llm.token_bytes,
                                                                    len(prefix)),
                                                    usage=_usage(result)))
-        finally:
-            self.ctx.active.discard(self)
-            if self._future is not None and not self._future.done():
-                engine.cancel_generation()
 
     async def _stream(self, submit: Any, request: CompletionRequest, completion: TextCompletion, prefix: str) -> None:
         pieces = astream_pieces(submit, self.ctx.engine.cancel_generation)

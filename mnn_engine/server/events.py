@@ -18,9 +18,7 @@ HEARTBEAT_S = 15.0
 
 class EventsHandler(JsonHandler):
     async def get(self) -> None:
-        self.set_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.set_header("Cache-Control", "no-cache")
-        self.set_header("X-Accel-Buffering", "no")
+        self.start_events()
         self._gone = asyncio.Event()
         events = self.ctx.engine.events.stream()
         try:

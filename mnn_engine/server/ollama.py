@@ -203,9 +203,7 @@ class _Generation(OllamaBodyHandler):
             text = rendered[0][0] if rendered else None
             return OutputParser(in_reasoning=prompt_opens_thinking(text or ""), parse_tools=request.parse_tools)
 
-        self.ctx.active.add(self)
-        try:
-            await self.wait_turn()
+        async with self.generation_turn():
             if not stream:
                 submit(None)
                 result = await asyncio.wrap_future(self._future)
@@ -234,10 +232,6 @@ class _Generation(OllamaBodyHandler):
                 await self.send_line({**frame("", "", None), **_durations(result, started)})
             if not self._closed:
                 self.finish()
-        finally:
-            self.ctx.active.discard(self)
-            if self._future is not None and not self._future.done():
-                engine.cancel_generation()
 
     def begin(self) -> tuple[str, Mapping[str, Any], bool, ImagePolicy]:
         """What both routes check first: the model, the body, whether to stream, the image policy."""
