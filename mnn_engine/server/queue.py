@@ -33,7 +33,6 @@ class GenerationQueue:
         self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         #: the request given the turn, until its generation starts (no one may slip in before it)
         self.holder: Any = None
-        self.timeouts = 0
         self.on_timeout = on_timeout
         self.loop = asyncio.get_running_loop()
         self._unsubscribe = engine.events.subscribe(self._on_event)
@@ -81,7 +80,6 @@ class GenerationQueue:
         try:
             await asyncio.wait_for(asyncio.shield(waiter), self.timeout)
         except asyncio.TimeoutError:
-            self.timeouts += 1
             self.on_timeout()
             self.release(owner)
             raise MnnEngineError("busy", f"waited {self.timeout:g} s in the queue; the model is still busy") \
