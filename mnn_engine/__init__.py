@@ -20,6 +20,7 @@ with captured_native_output():  # the engine prints CPU features when it loads
         raise ImportError(explain(__path__[0])) from exc
 
 from .build import backend_capabilities, build_info
+from .embedding import EmbeddingResult
 from .engine import Engine, LoadOptions
 from .llm import GenerationResult, Llm, ScoreResult, TokenLogprob
 from .models import ModelInfo, ModelStore, model_id_from_name
@@ -29,6 +30,7 @@ from .version import __version__
 
 __all__ = [
     "ERROR_CODES",
+    "EmbeddingResult",
     "Engine",
     "Event",
     "GenerationConfig",

@@ -29,6 +29,7 @@ from typing import Any
 
 from .build import BACKENDS, backend_capabilities, require_backend
 from .device import default_threads
+from .embedding import EmbeddingResult, embedding_inputs
 from .errors import MnnEngineError, invalid
 from .llm import GenerationResult, Llm, Prompt, check_quant_qkv
 from .models import ModelInfo, ModelLock, ModelStore
@@ -333,7 +334,8 @@ class Engine:
         self.events.emit("generation", "running", model_id=model_id)
         return llm
 
-    def _end_generation(self, llm: Llm, result: GenerationResult | None, error: BaseException | None) -> None:
+    def _end_generation(self, llm: Llm, result: GenerationResult | None, error: BaseException | None,
+                        embedded: EmbeddingResult | None = None) -> None:
         with self._state_lock:
             self._generation_state = "idle"
             self._generation_started = None
@@ -343,6 +345,9 @@ class Engine:
         failed = result is not None and result.finish_reason == "error"
         state = "failed" if failed else (result.finish_reason if result is not None else "aborted")
         data: dict[str, Any] = {"model_id": model_id}
+        if embedded is not None:
+            state = "embedded"
+            data["usage"] = {"prompt_tokens": embedded.prompt_tokens, "total_tokens": embedded.prompt_tokens}
         if result is not None:
             data["usage"] = result.usage
             data["time_to_first_token_ms"] = result.time_to_first_token_ms
@@ -433,6 +438,38 @@ class Engine:
         async for piece in astream_pieces(lambda put: self.submit(list(messages), put, **sampling),
                                           self.cancel_generation):
             yield piece
+
+    def submit_embed(self, inputs: Any, *, normalize: bool = True, truncate: bool = False) -> Future[EmbeddingResult]:
+        """Embed texts or token ids on the generation thread (see
+        ``Llm.embed``); it counts as the one running generation. Refusals
+        that need no tokenizing (``model_not_loaded``, ``busy``,
+        ``wrong_model_kind``, malformed inputs) are raised here."""
+        llm = self._begin_generation()
+        try:
+            llm.require_kind("embedding")
+            items = embedding_inputs(inputs)
+        except BaseException as exc:
+            self._end_generation(llm, None, exc)
+            raise
+
+        def work() -> EmbeddingResult:
+            try:
+                result = llm.embed(items, normalize=normalize, truncate=truncate)
+            except BaseException as exc:
+                self._end_generation(llm, None, exc)
+                raise
+            self._end_generation(llm, None, None, embedded=result)
+            return result
+
+        try:
+            return self._executor.submit(work)
+        except RuntimeError as exc:  # executor shut down by close()
+            self._end_generation(llm, None, exc)
+            raise MnnEngineError("model_not_loaded", "the engine is closed") from exc
+
+    def embed(self, inputs: Any, *, normalize: bool = True, truncate: bool = False) -> EmbeddingResult:
+        """Embed on the active model (an embedding model; see ``Llm.embed``)."""
+        return self.submit_embed(inputs, normalize=normalize, truncate=truncate).result()
 
     def cancel_generation(self) -> None:
         """Stop the running generation before its next token (any thread)."""

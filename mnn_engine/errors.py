@@ -23,6 +23,9 @@ ERROR_CODES: dict[str, ErrorKind] = {
     ),
     "model_not_found": ErrorKind(404, "invalid_request_error", "No model at that path or with that ID."),
     "invalid_model": ErrorKind(422, "invalid_request_error", "The model directory is incomplete or inconsistent."),
+    "wrong_model_kind": ErrorKind(
+        400, "invalid_request_error",
+        "The loaded model does not do that: an embedding model cannot generate text, a chat model cannot embed."),
     "model_load_failed": ErrorKind(500, "server_error", "MNN could not load the model."),
     "model_not_loaded": ErrorKind(503, "server_error", "The operation needs a loaded model."),
     "model_exists": ErrorKind(409, "invalid_request_error", "A model with that ID is already in the store."),

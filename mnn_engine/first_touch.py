@@ -112,7 +112,10 @@ def _child(config: str, overrides: dict[str, Any]) -> dict[str, Any]:
     prompt = llm.apply_chat_template([{"role": "system", "content": "You are brief."},
                                       {"role": "user", "content": "Hi"}])
     _stage("forward")
-    llm.generate(prompt, max_tokens=2, temperature=0)
+    if llm.kind == "embedding":
+        llm.embed(["Hi", "Hello, world!"])
+    else:
+        llm.generate(prompt, max_tokens=2, temperature=0)
     llm.close()
     return {"tokens": len(ids)}
 

@@ -15,12 +15,14 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from . import _mnn, structured
+from .embedding import EmbeddingInput, EmbeddingResult, embedding_inputs, template_wrap, vector_from
 from .errors import MnnEngineError, invalid
 from .first_touch import check_in_child
-from .model_files import model_files, resolve_config_path, validate_model_dir
+from .model_files import model_files, model_kind, resolve_config_path, validate_model_dir
 from .native_output import captured_native_output
 from .sampling import INT32_MAX, GenerationConfig, is_valid_unicode
 from .streaming import astream_pieces, stream_pieces
@@ -154,12 +156,17 @@ class Llm:
     or chat messages (``[{"role": ..., "content": ...}]``, rendered with the
     model's chat template), and sampling keywords with OpenAI's names (see
     ``GenerationConfig``). One generation runs at a time per model.
+
+    A text-embedding model (``kind == "embedding"``: its graph outputs
+    sentence embeddings) takes ``embed()`` instead of the generation methods.
     """
 
     def __init__(self, model: str | os.PathLike[str], *, prompt_cache: bool = True, **config_overrides: Any) -> None:
         self.config_path = resolve_config_path(model)
         self.model_dir = self.config_path.parent
         self.file_config = validate_model_dir(self.config_path)
+        #: "chat" for a language model, "embedding" for a text-embedding model
+        self.kind = model_kind(model_files(self.config_path, self.file_config)["llm_model"])
         try:
             json.dumps(config_overrides)
         except (TypeError, ValueError) as exc:
@@ -191,6 +198,8 @@ class Llm:
         self._chat_template: str | None = None
         self._max_token_bytes = 1
         self._exact_cuts = False
+        self._embedding_wrap: tuple[str, str] | None = None
+        self.embedding_dim = 0  # of an embedding model's vectors
         self.last_result: GenerationResult | None = None
         self.load_seconds = 0.0  # of the last load(): MNN reading the model, without the warm-up forward
         self.warmup_seconds = 0.0
@@ -213,11 +222,12 @@ class Llm:
                 return self
             started = time.perf_counter()
             with captured_native_output() as lines:
-                core = _mnn.LlmCore(str(self.config_path))
+                core = _mnn.LlmCore(str(self.config_path), embedding=self.kind == "embedding")
                 if self.config_overrides:
                     core.set_config(json.dumps(self.config_overrides))
                 ok = core.load()
-            if ok:  # generate_init then keeps the KV cache; the loop resets it when it cannot be reused
+            if ok and not core.embedding:
+                # generate_init then keeps the KV cache; the loop resets it when it cannot be reused
                 core.set_config(json.dumps({"reuse_kv": True}))
             loaded = time.perf_counter()
             if not ok:
@@ -228,19 +238,25 @@ class Llm:
             self.load_cache.clear()
             self._finalizer = weakref.finalize(self, _close_core, core)
             config = json.loads(core.dump_config())
-            self._vocab_size = core.vocab_size()  # one short forward: the warm-up
+            jinja = config.get("jinja") if isinstance(config.get("jinja"), dict) else {}
+            self._template_context = dict(jinja.get("context") or {})
+            self._chat_template = jinja.get("chat_template")
+            if core.embedding:
+                self._vocab_size = _embedding_rows(self.config_path, self.file_config)
+                self._embedding_wrap = template_wrap(self._chat_template)
+                self.embedding_dim = len(core.embed(core.tokenize("Hi"))) // 4  # the warm-up
+            else:
+                self._vocab_size = core.vocab_size()  # one short forward: the warm-up
             self.load_seconds = loaded - started
             self.warmup_seconds = time.perf_counter() - loaded
             context = config.get("max_all_tokens", _DEFAULT_CONTEXT)
             self._context_limit = context if isinstance(context, int) and context > 1 else _DEFAULT_CONTEXT
             self._sampling_defaults = _sampler_defaults(config)
-            jinja = config.get("jinja") if isinstance(config.get("jinja"), dict) else {}
-            self._template_context = dict(jinja.get("context") or {})
-            self._chat_template = jinja.get("chat_template")
             self._restore_markup_tokens(core)
             self._max_token_bytes = max(1, core.max_token_bytes(self._vocab_size))
             self._exact_cuts = splits_exactly(core.tokenize)
-            log.info("loaded %s (vocab %d, context %d)", self.config_path, self._vocab_size, self._context_limit)
+            log.info("loaded %s (%s model, vocab %d, context %d)", self.config_path, self.kind, self._vocab_size,
+                     self._context_limit)
             return self
 
     @staticmethod
@@ -591,6 +607,7 @@ class Llm:
         tokenizing the prompt happen in _run, on the generating thread. The
         claim (a lease on the core and the generation lock) is returned by
         _run or _abandon."""
+        self.require_kind("chat")
         core = self._lease()
         try:
             gen = GenerationConfig.from_kwargs(config, **sampling)
@@ -679,6 +696,7 @@ class Llm:
         text, token ids or chat messages; ``continuation`` text or token ids.
         ``cancel()`` stops it (``cancelled`` is then set and no scores are
         returned). For evaluation, e.g. perplexity."""
+        self.require_kind("chat")
         prompt_ids = self.prompt_ids(prompt)
         if isinstance(continuation, str):
             target_ids = self.tokenize(continuation)
@@ -698,10 +716,77 @@ class Llm:
             raise MnnEngineError("generation_failed", "MNN returned no float32 logits while scoring")
         return ScoreResult(tuple(target_ids), tuple(logprobs), cancelled=not logprobs)
 
+    # ------------------------------------------------------------------ embeddings
+    def require_kind(self, kind: str) -> None:
+        """``wrong_model_kind`` unless this is a ``kind`` ("chat" or "embedding") model."""
+        if self.kind != kind:
+            does = {"chat": "generates text", "embedding": "makes text embeddings"}
+            raise MnnEngineError("wrong_model_kind", f"{self.model_dir.name} {does[self.kind]}; this needs a model "
+                                 f"that {does[kind]}", param="model")
+
+    def embed(self, inputs: str | Sequence[Any], *, normalize: bool = True, truncate: bool = False) -> EmbeddingResult:
+        """Embed a text, a list of token ids, or a list of either (a batch):
+        one vector per input, in order, of unit length unless ``normalize``
+        is False. Texts are wrapped as the model's template says (e.g. an
+        end-of-text token after the text); token ids are used as given.
+        Needs an embedding model (``wrong_model_kind`` otherwise); an input
+        longer than the context is ``context_length_exceeded``, or with
+        ``truncate`` cut to fit (its end goes; a template's suffix stays). Runs one
+        input at a time under the generation lock; ``cancel()`` stops it
+        between inputs (``generation_cancelled``)."""
+        self.require_kind("embedding")
+        items = embedding_inputs(inputs)
+        vectors: list[list[float]] = []
+        tokens = 0
+        with self._exclusive() as core:
+            for i, item in enumerate(items):
+                try:
+                    ids = self._embedding_ids(core, item, truncate)
+                except _Cancelled:
+                    ids = []
+                if core.cancel_requested():
+                    raise MnnEngineError("generation_cancelled", f"cancelled after {i} of {len(items)} inputs")
+                raw = core.embed(ids)
+                if not raw:
+                    raise MnnEngineError("generation_failed", "MNN returned no float32 embedding")
+                vectors.append(vector_from(raw, normalize))
+                tokens += len(ids)
+        return EmbeddingResult(vectors, tokens)
+
+    def _embedding_ids(self, core: _mnn.LlmCore, item: EmbeddingInput, truncate: bool) -> list[int]:
+        param = "input"
+        limit = self._context_limit
+        if isinstance(item, list):
+            ids = self._checked_ids(item, param)
+            if truncate:
+                ids = ids[:limit]
+        else:
+            if not is_valid_unicode(item):
+                raise invalid(param, "must be valid Unicode (no lone surrogates)")
+            prefix, suffix = self._embedding_wrap or ("", "")
+            text = prefix + item + suffix if self._embedding_wrap else \
+                self.apply_chat_template([{"role": "user", "content": item}])
+            cancelled = core.cancel_requested
+            found = self._tokens_within(core, text, limit, cancelled)
+            if found is None and truncate:
+                tail = self._tokens_within(core, suffix, limit, cancelled) or []
+                head = self._tokens_within(core, prefix + item, sys.maxsize, cancelled) or []
+                found = head[:max(limit - len(tail), 1)] + tail
+            if found is None:
+                raise MnnEngineError("context_length_exceeded",
+                                     f"an input has more than {limit} tokens, the model's context", param=param)
+            ids = found
+        if len(ids) > limit:
+            raise MnnEngineError("context_length_exceeded",
+                                 f"an input has {len(ids)} tokens; the context holds {self._context_limit}",
+                                 param=param)
+        return ids
+
     # ------------------------------------------------------------------ baseline
     def mnn_response(self, token_ids: Sequence[int], max_new_tokens: int) -> dict[str, Any]:
         """Run MNN's own loop (``Llm::response``) over token ids, with the
         sampler MNN built at load; returns its timings. For benchmarks."""
+        self.require_kind("chat")
         ids = self._checked_ids(token_ids, "token_ids")
         with self._exclusive() as core:
             return core.mnn_response(ids, int(max_new_tokens))
@@ -769,6 +854,16 @@ def _result(raw: dict[str, Any], seed: int, dropped_messages: int = 0) -> Genera
         cached_tokens=raw["cached_tokens"],
         dropped_messages=dropped_messages,
     )
+
+
+def _embedding_rows(config_path: Path, config: Mapping[str, Any]) -> int:
+    """The vocabulary size of an embedding model: the rows of its bf16
+    embedding table (such models have no logits to count); 0 when unknown."""
+    table = model_files(config_path, dict(config)).get("embedding_file")
+    hidden = config.get("hidden_size")
+    if table is None or not isinstance(hidden, int) or hidden <= 0:
+        return 0
+    return table.stat().st_size // (2 * hidden)
 
 
 def _sampler_defaults(config: Mapping[str, Any]) -> dict[str, Any]:

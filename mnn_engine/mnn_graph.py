@@ -20,6 +20,7 @@ from pathlib import Path
 
 # Slots in MNN's schema (tools/mnn_schema.py).
 NET_OPLISTS = 3
+NET_OUTPUT_NAMES = 4
 NET_SUBGRAPHS = 10
 SUBGRAPH_NODES = 4
 OP_INPUTS = 0
@@ -108,6 +109,17 @@ class _Table:
             element = start + 4 * i
             yield self.r.table(element + self.r.u32(element))
 
+    def strings(self, slot: int) -> list[str]:
+        start, length = self.vector(slot, 4)
+        if length > MAX_OPS:
+            raise GraphError(f"implausibly many entries ({length})")
+        names = []
+        for i in range(length):
+            element = start + 4 * i
+            begin, size = self.r.vector(element + self.r.u32(element), 1)
+            names.append(self.r.data[begin:begin + size].decode("utf-8", "replace"))
+        return names
+
     def int64s(self, slot: int) -> list[int]:
         start, length = self.vector(slot, 8)
         return list(struct.unpack_from(f"<{length}q", self.r.data, start)) if length else []
@@ -141,3 +153,13 @@ def read_graph(data: bytes) -> GraphSummary:
 
 def read_graph_file(path: Path) -> GraphSummary:
     return read_graph(path.read_bytes())
+
+
+def read_output_names(data: bytes) -> list[str]:
+    """The names of the graph's outputs (``logits`` for a language model,
+    ``sentence_embeddings`` for a text-embedding model); raises GraphError
+    when the file is damaged."""
+    reader = _Reader(data)
+    if reader.size < 8:
+        raise GraphError(f"the file is too short ({reader.size} bytes)")
+    return reader.table(reader.u32(0)).strings(NET_OUTPUT_NAMES)

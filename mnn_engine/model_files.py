@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .errors import MnnEngineError
-from .mnn_graph import GraphError, read_graph_file
+from .mnn_graph import GraphError, read_graph_file, read_output_names
 
 CONFIG_NAME = "config.json"
 MARKET_CONFIG_NAME = "market_config.json"
@@ -169,6 +169,18 @@ def required_weight_bytes(graph: Path) -> int:
         raise _bad(f"{graph} is not a readable MNN graph: {exc}", "llm_model") from exc
     except OSError as exc:
         raise _bad(f"{graph} cannot be read: {exc.strerror}", "llm_model") from exc
+
+
+def model_kind(graph: Path) -> str:
+    """``"embedding"`` for a text-embedding model (its graph outputs
+    ``sentence_embeddings``, as llmexport exports them), else ``"chat"``."""
+    try:
+        outputs = read_output_names(graph.read_bytes())
+    except GraphError as exc:
+        raise _bad(f"{graph} is not a readable MNN graph: {exc}", "llm_model") from exc
+    except OSError as exc:
+        raise _bad(f"{graph} cannot be read: {exc.strerror}", "llm_model") from exc
+    return "embedding" if "sentence_embeddings" in outputs else "chat"
 
 
 def display_name(model_dir: Path, fallback: str) -> str:

@@ -512,12 +512,15 @@ cdef class LlmCore:
     # the token ids in MNN's KV cache, in order (prompt cache); empty when unknown
     cdef vector[int] _held
     cdef readonly str config_path
+    #: a text-embedding model (MNN's Embedding): embed() instead of generate()
+    cdef readonly cbool embedding
 
-    def __cinit__(self, str config_path):
+    def __cinit__(self, str config_path, bint embedding=False):
         self.config_path = config_path
+        self.embedding = embedding
         cdef string path = config_path.encode("utf-8")
         with nogil:
-            self._llm = Llm.createLLM(path)
+            self._llm = create_embedding_model(path) if embedding else Llm.createLLM(path)
         self._loaded = False
         self._cancel.store(0)
         self._fail_after = -1
@@ -669,6 +672,22 @@ cdef class LlmCore:
             varp_reset(logits)
             llm.reset()
         return n
+
+    def embed(self, token_ids) -> bytes:
+        """The sentence embedding of one input's token ids, as float32 bytes
+        (one forward over all of them, from an empty KV cache); b"" when MNN
+        returns nothing."""
+        cdef Llm* llm = self._require()
+        if not self.embedding:
+            raise RuntimeError("not an embedding model")
+        cdef vector[int] ids = token_ids
+        cdef vector[float] out
+        cdef cbool ok
+        with nogil:
+            ok = embed_ids(llm, ids, &out)
+        if not ok:
+            return b""
+        return PyBytes_FromStringAndSize(<const char*>out.data(), out.size() * sizeof(float))
 
     @property
     def held_tokens(self) -> int:

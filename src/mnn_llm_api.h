@@ -148,6 +148,15 @@ public:
     std::shared_ptr<LlmContext> mContext;
 };
 
+// A text-embedding model: an Llm whose graph outputs `sentence_embeddings`.
+// Only non-virtual members are declared: the vtable is the wheel's own.
+class Embedding : public Llm {
+public:
+    static Embedding* createEmbedding(const std::string& config_path, bool load = true);
+    VARP ids_embedding(const std::vector<int>& ids);
+    int dim() const;
+};
+
 }  // namespace Transformer
 }  // namespace MNN
 
@@ -181,6 +190,27 @@ inline const float* read_logits(const MNN::Express::VARP& logits, int* size) {
     data += info->size - static_cast<size_t>(vocab);
     *size = vocab;
     return data;
+}
+
+// An embedding model, created unloaded (load() is the virtual Llm::load).
+inline MNN::Transformer::Llm* create_embedding_model(const std::string& config_path) {
+    return MNN::Transformer::Embedding::createEmbedding(config_path, false);
+}
+
+// The sentence embedding of ids (one forward, KV cache reset first) copied
+// into out; false when MNN returns nothing or not float32.
+inline bool embed_ids(MNN::Transformer::Llm* llm, const std::vector<int>& ids, std::vector<float>* out) {
+    out->clear();
+    auto* model = static_cast<MNN::Transformer::Embedding*>(llm);
+    MNN::Express::VARP result = model->ids_embedding(ids);
+    MNN::Express::Variable* var = result.get();
+    if (var == nullptr) return false;
+    auto* info = var->getInfo();
+    if (info == nullptr || static_cast<int>(info->type.code) != 2 || info->type.bits != 32) return false;
+    const float* data = var->readMap<float>();
+    if (data == nullptr) return false;
+    out->assign(data, data + info->size);
+    return true;
 }
 
 inline void varp_reset(MNN::Express::VARP& v) { v = MNN::Express::VARP(); }

@@ -210,3 +210,12 @@ def test_ollama_pull_through_the_store(tmp_path, monkeypatch):
             assert err.value.status_code == 404
         finally:
             live.close()
+
+
+def test_a_chat_model_does_not_embed(scripted):
+    status, _, raw = _post(scripted, "/v1/embeddings", {"model": "x", "input": "Hi"})
+    assert status == 400 and json.loads(raw)["error"]["code"] == "wrong_model_kind"
+    with pytest.raises(ollama.ResponseError) as err:
+        _ollama(scripted, KEY).embed(model="x", input="Hi")
+    assert err.value.status_code == 400 and "embedding" in err.value.error
+    scripted.wait_idle()

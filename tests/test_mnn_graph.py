@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from support import REPO, test_model_dir
 
 from mnn_engine import mnn_graph
-from mnn_engine.mnn_graph import GraphError, read_graph
+from mnn_engine.mnn_graph import GraphError, read_graph, read_output_names
 
 SCHEMA = REPO / "subprojects" / "MNN" / "schema" / "default"
 
@@ -34,6 +34,7 @@ def test_slots_match_mnn_schema():
     assert derived["external"] == {str(k): v for k, v in mnn_graph.EXTERNAL_SLOTS.items()}
     assert (derived["net_oplists"], derived["net_subgraphs"], derived["subgraph_nodes"]) == (
         mnn_graph.NET_OPLISTS, mnn_graph.NET_SUBGRAPHS, mnn_graph.SUBGRAPH_NODES)
+    assert derived["net_output_names"] == mnn_graph.NET_OUTPUT_NAMES
     assert (derived["op_inputs"], derived["op_main_type"], derived["op_main"], derived["op_outputs"]) == (
         mnn_graph.OP_INPUTS, mnn_graph.OP_MAIN_TYPE, mnn_graph.OP_MAIN, mnn_graph.OP_OUTPUTS)
 
@@ -54,6 +55,14 @@ def test_damaged_graphs_are_refused_or_read_never_crash(data):
             graph[data.draw(st.integers(0, len(graph) - 1))] = data.draw(st.integers(0, 255))
     with contextlib.suppress(GraphError):
         read_graph(bytes(graph))
+    with contextlib.suppress(GraphError):
+        read_output_names(bytes(graph))
+
+
+@pytest.mark.parametrize(("name", "outputs"), [("tiny", ["logits", "hidden_states"]),
+                                                ("tiny-embedding", ["sentence_embeddings"])])
+def test_output_names_tell_a_language_model_from_an_embedding_model(name, outputs):
+    assert read_output_names((test_model_dir(name) / "llm.mnn").read_bytes()) == outputs
 
 
 def test_random_bytes_and_tiny_files_are_refused():

@@ -53,6 +53,7 @@ def derive(schema_dir: Path) -> dict[str, object]:
     members = unions["OpParameter"]
     return {
         "net_oplists": slot(tables, unions, "Net", "oplists"),
+        "net_output_names": slot(tables, unions, "Net", "outputName"),
         "net_tensor_name": slot(tables, unions, "Net", "tensorName"),
         "net_subgraphs": slot(tables, unions, "Net", "subgraphs"),
         "subgraph_nodes": slot(tables, unions, "SubGraphProto", "nodes"),

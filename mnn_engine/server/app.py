@@ -23,6 +23,7 @@ import tornado.web
 from tornado.iostream import StreamClosedError
 
 from .. import __version__, jsonutil
+from ..embedding import EmbeddingResult
 from ..errors import ERROR_CODES, MnnEngineError
 from ..llm import GenerationResult
 from ..openai_api import (
@@ -208,7 +209,9 @@ class IndexHandler(JsonHandler):
 
 def model_capabilities(engine: Engine) -> list[str]:
     """What the loaded model can do, as Ollama names it: completion, tools,
-    thinking (its chat template knows <think>), vision."""
+    thinking (its chat template knows <think>), vision; or embedding."""
+    if engine.llm.kind == "embedding":
+        return ["embedding"]
     config = engine.llm.file_config
     template = jsonutil.dumps(config.get("jinja", {})).decode() + str(config.get("chat_template", ""))
     capabilities = ["completion", "tools"]
@@ -368,6 +371,19 @@ class BodyHandler(JsonHandler):
             self.ctx.active.discard(self)
             if self._future is not None and not self._future.done():
                 self.ctx.engine.cancel_generation()
+
+    async def embed(self, inputs: Any, *, normalize: bool = True, truncate: bool = False) -> EmbeddingResult:
+        """Embed on the engine's thread (see ``Engine.submit_embed``) in the
+        route's generation turn."""
+        self.require_model()
+        async with self.generation_turn():
+            self._future = self.ctx.engine.submit_embed(inputs, normalize=normalize, truncate=truncate)
+            try:
+                return await asyncio.wrap_future(self._future)
+            except MnnEngineError as exc:
+                if exc.code == "generation_cancelled" and self.ctx.stopping:
+                    raise MnnEngineError("server_stopping", "the server stopped during the request") from exc
+                raise
 
     def on_finish(self) -> None:
         super().on_finish()

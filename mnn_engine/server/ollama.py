@@ -1,8 +1,9 @@
 """Ollama's API, for the clients that speak it (Open WebUI, many Android apps,
 editor plugins): ``/api/version``, ``/api/tags``, ``/api/show``, ``/api/ps``,
 ``/api/chat`` and ``/api/generate`` (NDJSON streams, ``options`` mapped to our
-sampling, ``format`` through structured output, ``think``), and ``/api/pull``
-through the store's pull.
+sampling, ``format`` through structured output, ``think``), ``/api/pull``
+through the store's pull, and ``/api/embed`` (with the older ``/api/embeddings``)
+from a text-embedding model.
 
 The loaded model answers whatever ``model`` a request names, as on the
 OpenAI routes; ``keep_alive`` is accepted and the model stays loaded while the
@@ -29,6 +30,7 @@ from ..llm import GenerationResult
 from ..openai_api import ChatRequest, ImagePolicy, OutputParser, parse_chat_request, prompt_opens_thinking
 from ..streaming import astream_pieces
 from .app import BodyHandler, JsonHandler, active_model_name, error_body, model_capabilities
+from .embeddings import shortened
 
 #: the Ollama API version these routes follow
 OLLAMA_VERSION = "0.9.0"
@@ -382,8 +384,53 @@ class PullHandler(OllamaBodyHandler):
             self.finish()
 
 
+class EmbedHandler(OllamaBodyHandler):
+    """``/api/embed``: ``input`` a text or a list of texts; unit-length vectors;
+    ``truncate`` (default true) cuts an input longer than the context instead
+    of refusing it; ``dimensions`` keeps the first N values."""
+
+    async def post(self) -> None:
+        model = self.require_model()
+        body = self.parse_body()
+        if not isinstance(body, Mapping):
+            raise invalid("body", "the request body must be a JSON object")
+        inputs = body.get("input")
+        if not isinstance(inputs, str) and not (isinstance(inputs, list) and all(isinstance(t, str) for t in inputs)):
+            raise invalid("input", "'input' must be a string or a list of strings")
+        truncate = body.get("truncate", True)
+        if not isinstance(truncate, bool):
+            raise invalid("truncate", "'truncate' must be true or false")
+        dimensions = body.get("dimensions")
+        if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int)
+                                       or dimensions < 1):
+            raise invalid("dimensions", "'dimensions' must be a positive integer")
+        started = time.perf_counter()
+        result = await self.embed(inputs, truncate=truncate)
+        vectors = result.vectors
+        if dimensions is not None and dimensions < result.dim:
+            vectors = [shortened(v, dimensions) for v in vectors]
+        self.send_json({"model": model, "embeddings": vectors,
+                        "total_duration": int((time.perf_counter() - started) * 1e9), "load_duration": 0,
+                        "prompt_eval_count": result.prompt_tokens})
+
+
+class LegacyEmbeddingsHandler(OllamaBodyHandler):
+    """``/api/embeddings`` (Ollama's older route): one ``prompt``, the vector as
+    the model gives it (not scaled to unit length, as Ollama's is not)."""
+
+    async def post(self) -> None:
+        self.require_model()
+        body = self.parse_body()
+        prompt = body.get("prompt") if isinstance(body, Mapping) else None
+        if not isinstance(prompt, str):
+            raise invalid("prompt", "'prompt' must be a string")
+        result = await self.embed(prompt, normalize=False)
+        self.send_json({"embedding": result.vectors[0]})
+
+
 def routes(ctx: Any) -> list[tuple[str, type, dict[str, Any]]]:
     return [(r"/api/version", VersionHandler, {"ctx": ctx}), (r"/api/tags", TagsHandler, {"ctx": ctx}),
             (r"/api/ps", PsHandler, {"ctx": ctx}), (r"/api/show", ShowHandler, {"ctx": ctx}),
             (r"/api/chat", ChatHandler, {"ctx": ctx}), (r"/api/generate", GenerateHandler, {"ctx": ctx}),
-            (r"/api/pull", PullHandler, {"ctx": ctx})]
+            (r"/api/pull", PullHandler, {"ctx": ctx}), (r"/api/embed", EmbedHandler, {"ctx": ctx}),
+            (r"/api/embeddings", LegacyEmbeddingsHandler, {"ctx": ctx})]

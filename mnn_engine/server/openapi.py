@@ -112,6 +112,21 @@ _COMPLETION_REQUEST = {
     },
 }
 
+_IDS = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}}
+_EMBEDDING_REQUEST = {
+    "type": "object",
+    "required": ["input"],
+    "properties": {
+        "model": {"type": "string", "description": "ignored: the active model answers"},
+        "input": {"oneOf": [{"type": "string", "minLength": 1}, _IDS,
+                            {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+                            {"type": "array", "minItems": 1, "items": _IDS}]},
+        "encoding_format": {"type": "string", "enum": ["float", "base64"]},
+        "dimensions": {"type": "integer", "minimum": 1},
+        "user": {"type": "string"},
+    },
+}
+
 _OLLAMA_OPTIONS = {"type": "object", "properties": {
     "temperature": _NUMBER, "top_p": _NUMBER, "top_k": _INTEGER, "min_p": _NUMBER, "seed": _INTEGER,
     "num_predict": _INTEGER, "repeat_penalty": _NUMBER, "presence_penalty": _NUMBER, "frequency_penalty": _NUMBER,
@@ -192,6 +207,8 @@ def openapi_spec() -> dict[str, Any]:
                                      _COMPLETION_REQUEST, _GENERATION_ERRORS,
                                      **{"application/json": {"schema": {"type": "object"}},
                                         "text/event-stream": {"schema": {"type": "string"}}}),
+            "/v1/embeddings": _post("embeddings of texts or token ids (a text-embedding model)", _EMBEDDING_REQUEST,
+                                    _GENERATION_ERRORS),
             "/tokenize": _post("token ids of a text (llama-server's shape)", _TEXT, (400, 401, 413, 415, 503)),
             "/detokenize": _post("the text of token ids", {"type": "object", "required": ["tokens"], "properties": {
                 "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}}}}, (400, 401, 413, 415, 503)),
@@ -214,5 +231,17 @@ def openapi_spec() -> dict[str, Any]:
                                "URL)", {"type": "object", "required": ["model"], "properties": {
                                    "model": {"type": "string"}, "stream": {"type": "boolean"}}},
                                (400, 401, 404, 409, 413, 415, 422, 502, 507), **_NDJSON),
+            "/api/embed": _post("Ollama: unit-length embeddings of a text or texts", {
+                "type": "object", "required": ["input"], "properties": {
+                    "model": {"type": "string"}, "truncate": {"type": "boolean"},
+                    "dimensions": {"type": "integer", "minimum": 1}, "keep_alive": {"oneOf": [{"type": "string"},
+                                                                                             _INTEGER]},
+                    "options": _OLLAMA_OPTIONS,
+                    "input": {"oneOf": [{"type": "string", "minLength": 1},
+                                        {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}]},
+                }}, _GENERATION_ERRORS),
+            "/api/embeddings": _post("Ollama (older route): the embedding of one prompt", {
+                "type": "object", "required": ["prompt"], "properties": {
+                    "model": {"type": "string"}, "prompt": {"type": "string", "minLength": 1}}}, _GENERATION_ERRORS),
         },
     }

@@ -19,6 +19,7 @@ from .app import (
     ServerContext,
 )
 from .completions import CompletionsHandler
+from .embeddings import EmbeddingsHandler
 
 
 def make_app(ctx: ServerContext) -> tornado.web.Application:
@@ -29,6 +30,7 @@ def make_app(ctx: ServerContext) -> tornado.web.Application:
         (r"/v1/models", ModelsHandler, {"ctx": ctx}),
         (r"/v1/chat/completions", ChatCompletionsHandler, {"ctx": ctx}),
         (r"/v1/completions", CompletionsHandler, {"ctx": ctx}),
+        (r"/v1/embeddings", EmbeddingsHandler, {"ctx": ctx}),
         *tokenizer_routes.routes(ctx),
         *ollama.routes(ctx),
         *metrics.routes(ctx),

