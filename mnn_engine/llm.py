@@ -41,6 +41,11 @@ _SAMPLER_DEFAULT_KEYS = (
 _DEFAULT_CONTEXT = 2048
 #: Tokens kept free for the answer when truncating a chat without max_tokens
 DEFAULT_ANSWER_RESERVE = 256
+#: Speculative decoding's defaults: whether it is on, and the longest draft one forward verifies
+DEFAULT_SPECULATIVE = "off"
+DEFAULT_DRAFT_TOKENS = 7
+# what verification costs are measured over (a short, ordinary prompt)
+_COST_PROBE_TEXT = "The quick brown fox jumps over the lazy dog, and then it runs home."
 _MEDIA_TAG = re.compile(r"<(img|audio)>.*?</\1>", re.S)
 # MNN config keys that MNN reads as C ints
 _INT_CONFIG_KEYS = frozenset({"max_all_tokens", "max_new_tokens", "thread_num", "prefill_chunk_size"})
@@ -65,7 +70,10 @@ class GenerationResult:
     ``finish_reason`` is ``stop`` (end token or stop string), ``length``
     (max_tokens or the context limit), ``cancelled`` or ``error``.
     Times are in milliseconds; ``decode_tokens_per_second`` counts the
-    single-token forwards after the first token. ``decode_forward_ms`` is the
+    tokens decoded after the first (one per forward, plus the drafts a
+    speculative verification kept). ``drafted_tokens`` and
+    ``accepted_tokens`` count speculative drafts verified and kept;
+    ``decode_steps`` the forwards. ``decode_forward_ms`` is the
     part of ``decode_ms`` spent inside MNN's forwards; the rest is this
     package's own per-token work (sampling, stop checks, detokenising,
     callbacks).
@@ -87,6 +95,8 @@ class GenerationResult:
     decode_forward_ms: float = 0.0
     cached_tokens: int = 0  # prompt tokens the KV cache already held (not prefilled again)
     dropped_messages: int = 0  # oldest messages left out to fit the context (context_overflow="truncate")
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
     @property
     def prefill_tokens_per_second(self) -> float:
@@ -94,7 +104,8 @@ class GenerationResult:
 
     @property
     def decode_tokens_per_second(self) -> float:
-        return self.decode_steps / (self.decode_ms / 1000) if self.decode_ms > 0 else 0.0
+        tokens = self.decode_steps + self.accepted_tokens
+        return tokens / (self.decode_ms / 1000) if self.decode_ms > 0 else 0.0
 
     @property
     def usage(self) -> dict[str, Any]:
@@ -103,6 +114,9 @@ class GenerationResult:
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
             "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+            # OpenAI's names for predicted tokens kept and refused: here, speculative drafts
+            "completion_tokens_details": {"accepted_prediction_tokens": self.accepted_tokens,
+                                          "rejected_prediction_tokens": self.drafted_tokens - self.accepted_tokens},
         }
 
 
@@ -157,11 +171,26 @@ class Llm:
     model's chat template), and sampling keywords with OpenAI's names (see
     ``GenerationConfig``). One generation runs at a time per model.
 
+    Speculative decoding (``speculative="ngram"``, or per call) drafts the
+    next tokens by prompt lookup (what followed the last few tokens where
+    they occurred earlier in the prompt or output) and verifies up to
+    ``draft_tokens`` of them in one forward. A draft token is kept only when
+    the sampler, drawing at that position with the same random stream,
+    penalties, biases and grammar, draws it; so the choice rule is plain
+    decoding's. The logits of a verification come from MNN's batched kernels,
+    which round differently from its single-token ones, so a near-tie can
+    still resolve differently than in plain decoding. How many drafts to
+    verify follows the measured cost of a verification (``verify_costs``,
+    measured at load or at first use) and the acceptance so far; drafting
+    pauses when it does not pay.
+
     A text-embedding model (``kind == "embedding"``: its graph outputs
     sentence embeddings) takes ``embed()`` instead of the generation methods.
     """
 
-    def __init__(self, model: str | os.PathLike[str], *, prompt_cache: bool = True, **config_overrides: Any) -> None:
+    def __init__(self, model: str | os.PathLike[str], *, prompt_cache: bool = True,
+                 speculative: str = DEFAULT_SPECULATIVE, draft_tokens: int = DEFAULT_DRAFT_TOKENS,
+                 **config_overrides: Any) -> None:
         self.config_path = resolve_config_path(model)
         self.model_dir = self.config_path.parent
         self.file_config = validate_model_dir(self.config_path)
@@ -179,6 +208,13 @@ class Llm:
         self.config_overrides = dict(config_overrides)
         #: Reuse the KV cache across generations by default (GenerationConfig.cache_prompt decides per call).
         self.prompt_cache = prompt_cache
+        GenerationConfig(speculative=speculative, draft_tokens=draft_tokens).validate()
+        #: Speculative decoding by default ("ngram" or "off"; GenerationConfig.speculative decides per call)
+        self.speculative = speculative
+        self.draft_tokens = draft_tokens
+        #: cost of a verifying forward over 1, 2, ... tokens relative to one token (empty until measured)
+        self.verify_costs: list[float] = []
+        self._verify_serially = False  # test hook: verify drafts with single-token forwards
         self._core: _mnn.LlmCore | None = None
         #: what is computed once per loaded model (e.g. the grammar engine's tokenizer); emptied by load and close
         self.load_cache: dict[str, Any] = {}
@@ -255,9 +291,24 @@ class Llm:
             self._restore_markup_tokens(core)
             self._max_token_bytes = max(1, core.max_token_bytes(self._vocab_size))
             self._exact_cuts = splits_exactly(core.tokenize)
+            self.verify_costs = []
+            if self.speculative == "ngram" and self.kind == "chat":
+                self._measure_verify_costs(core, self.draft_tokens)
             log.info("loaded %s (%s model, vocab %d, context %d)", self.config_path, self.kind, self._vocab_size,
                      self._context_limit)
             return self
+
+    def _measure_verify_costs(self, core: _mnn.LlmCore, draft_tokens: int) -> None:
+        """Time decode forwards over 1..draft_tokens+1 tokens (this also has
+        MNN build its module for each length, which it announces on stdout:
+        captured here rather than mid-generation) and give the ratios to the
+        loop. Empties the prompt cache."""
+        ids = core.tokenize(_COST_PROBE_TEXT)
+        with captured_native_output():
+            times = core.forward_costs(ids, list(range(1, draft_tokens + 2)), 3)
+        self.verify_costs = [round(t / times[0], 4) for t in times] if times[0] > 0 else []
+        core.set_verify_costs(self.verify_costs)
+        log.info("speculative decoding: verification costs %s", self.verify_costs)
 
     @staticmethod
     def _restore_markup_tokens(core: _mnn.LlmCore) -> None:
@@ -646,6 +697,7 @@ class Llm:
                 if on_prompt is not None:
                     on_prompt(text, dropped)
                 max_tokens = -1 if run.config.max_tokens is None else run.config.max_tokens
+                draft_tokens = self._draft_tokens(run.core, run.config)
                 # Images and audio: their placeholder ids do not tell one picture from another, so such
                 # prompts neither reuse the KV cache nor leave it to be reused.
                 media = text is not None and _MEDIA_TAG.search(text) is not None
@@ -654,7 +706,8 @@ class Llm:
                     max_tokens=max_tokens, context_limit=self._context_limit,
                     seed=run.seed, ignore_eos=run.config.ignore_eos,
                     reuse=(self.prompt_cache if run.config.cache_prompt is None else run.config.cache_prompt)
-                    and not media, constraint=constraint,
+                    and not media, constraint=constraint, draft_tokens=draft_tokens,
+                    verify_serially=self._verify_serially,
                 )
                 if media:
                     run.core.forget()
@@ -666,6 +719,16 @@ class Llm:
         if result.finish_reason == "error":
             log.error("generation failed: %s", result.error)
         return result
+
+    def _draft_tokens(self, core: _mnn.LlmCore, config: GenerationConfig) -> int:
+        """The longest draft this generation verifies (0: plain decoding);
+        verification costs are measured first if not yet for that length."""
+        if (config.speculative or self.speculative) != "ngram":
+            return 0
+        draft_tokens = config.draft_tokens or self.draft_tokens
+        if core.max_draft < draft_tokens:
+            self._measure_verify_costs(core, draft_tokens)
+        return draft_tokens
 
     def _inject_failure(self, after_tokens: int) -> None:
         """Test hook: the next generation fails inside the loop after this many tokens."""
@@ -853,6 +916,8 @@ def _result(raw: dict[str, Any], seed: int, dropped_messages: int = 0) -> Genera
         decode_forward_ms=raw["decode_forward_ms"],
         cached_tokens=raw["cached_tokens"],
         dropped_messages=dropped_messages,
+        drafted_tokens=raw["drafted_tokens"],
+        accepted_tokens=raw["accepted_tokens"],
     )
 
 

@@ -13,6 +13,10 @@ from .errors import invalid
 
 MAX_STOP_STRINGS = 16
 MAX_TOP_LOGPROBS = 20
+#: Speculative decoding: "ngram" (prompt-lookup drafts) or "off"
+SPECULATIVE = ("ngram", "off")
+#: Most draft tokens one verification may check
+MAX_DRAFT_TOKENS = 15
 #: What a chat that outgrows the context gets: an error, or its oldest messages dropped
 CONTEXT_OVERFLOW = ("error", "truncate")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -40,6 +44,10 @@ class GenerationConfig:
     constrain every token (``mnn_engine.structured``; needs the ``structured``
     extra). A ``max_tokens`` cut-off can still leave the output incomplete
     (``finish_reason`` ``length``).
+    ``speculative`` (``"ngram"`` or ``"off"``; None follows
+    ``Llm.speculative``) drafts tokens by prompt lookup and verifies up to
+    ``draft_tokens`` of them in one forward; every kept token is the one the
+    sampler draws at its position (see ``Llm``).
     """
 
     max_tokens: int | None = None
@@ -60,6 +68,8 @@ class GenerationConfig:
     context_overflow: str = "error"
     response_format: Mapping[str, Any] | None = None
     grammar: Any = None
+    speculative: str | None = None
+    draft_tokens: int | None = None
 
     @classmethod
     def from_kwargs(cls, base: GenerationConfig | None = None, **kwargs: Any) -> GenerationConfig:
@@ -84,6 +94,12 @@ class GenerationConfig:
             value = getattr(self, name)
             if not isinstance(value, bool) and not (name == "cache_prompt" and value is None):
                 raise invalid(name, "must be true or false")
+        if self.speculative is not None and self.speculative not in SPECULATIVE:
+            raise invalid("speculative", f"must be {' or '.join(SPECULATIVE)} (got {self.speculative!r})")
+        if self.draft_tokens is not None:
+            _int("draft_tokens", self.draft_tokens)
+            if not 1 <= self.draft_tokens <= MAX_DRAFT_TOKENS:
+                raise invalid("draft_tokens", f"must be from 1 to {MAX_DRAFT_TOKENS} (got {self.draft_tokens})")
         if self.max_tokens is not None:
             _int("max_tokens", self.max_tokens)
             if self.max_tokens == 0 or self.max_tokens < -1:

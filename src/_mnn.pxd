@@ -61,6 +61,8 @@ cdef extern from "mnn_llm_api.h" namespace "mnn_engine" nogil:
     LlmContext* llm_context(Llm* llm)
     const float* read_logits(const VARP& logits, int* size)
     void varp_reset(VARP& v)
+    const float* read_all_logits(const VARP& logits, int* vocab, int* rows)
+    cbool set_all_logits(Llm* llm, cbool on)
     Llm* create_embedding_model(const string& config_path)
     cbool embed_ids(Llm* llm, const vector[int]& ids, vector[float]* out)
     int64_t monotonic_ns()

@@ -126,6 +126,51 @@ cdef size_t find_stop(const string& held, const vector[string]& stops) noexcept 
     return best
 
 
+# ---------------------------------------------------------------- drafting
+# Prompt lookup: the tokens that followed the latest earlier occurrence of the
+# text's last NGRAM_MAX..NGRAM_MIN tokens are the draft.
+cdef int NGRAM_MAX = 3
+cdef int NGRAM_MIN = 2
+# Acceptance prior (successes, trials) and how fast old verifications fade.
+cdef double ACCEPT_PRIOR_S = 1.2
+cdef double ACCEPT_PRIOR_T = 2.0
+cdef double ACCEPT_DECAY = 0.9
+# A verification must beat a plain step by this much in expected tokens per cost.
+cdef double GAIN_MARGIN = 1.02
+# After drafting stopped paying: plain steps with a draft at hand before a
+# one-token probe (doubles after each failed probe, up to PROBE_WAIT_MAX).
+cdef int PROBE_WAIT = 16
+cdef int PROBE_WAIT_MAX = 256
+
+
+cdef size_t ngram_draft(const vector[int]& hist, int most, vector[int]* out) noexcept nogil:
+    """Fill ``out`` with up to ``most`` tokens that followed the latest earlier
+    occurrence of hist's longest matching suffix (NGRAM_MAX down to
+    NGRAM_MIN tokens); returns how many."""
+    cdef size_t size = hist.size()
+    cdef size_t n, start, j, end
+    out.clear()
+    if most <= 0:
+        return 0
+    n = NGRAM_MAX
+    while n >= <size_t>NGRAM_MIN:
+        if n < size:
+            start = size - n
+            while start > 0:
+                start -= 1
+                j = 0
+                while j < n and hist[start + j] == hist[size - n + j]:
+                    j += 1
+                if j == n:
+                    end = start + n + <size_t>most
+                    if end > size:
+                        end = size
+                    out.assign(hist.begin() + start + n, hist.begin() + end)
+                    return out.size()
+        n -= 1
+    return 0
+
+
 # ---------------------------------------------------------------- sampler
 cdef struct SamplerParams:
     double temperature
@@ -511,6 +556,9 @@ cdef class LlmCore:
     cdef int _fail_after  # test hook: fail the next generation after N tokens
     # the token ids in MNN's KV cache, in order (prompt cache); empty when unknown
     cdef vector[int] _held
+    # speculative decoding: cost of a decode forward over L tokens relative to
+    # one token, for L = 1..len-1 (index 0 unused); empty: not prepared
+    cdef vector[double] _verify_cost
     cdef readonly str config_path
     #: a text-embedding model (MNN's Embedding): embed() instead of generate()
     cdef readonly cbool embedding
@@ -700,10 +748,15 @@ cdef class LlmCore:
 
     def generate(self, prompt_ids, dict sampling, stop=(), callback=None,
                  int max_tokens=-1, int context_limit=2048, seed=0,
-                 bint ignore_eos=False, bint reuse=True, constraint=None) -> dict:
+                 bint ignore_eos=False, bint reuse=True, constraint=None, int draft_tokens=0,
+                 bint verify_serially=False) -> dict:
         """Run one generation over prompt token ids. See mnn_engine.llm.Llm.generate.
         With ``reuse``, the longest prefix of the prompt that the KV cache
-        already holds is kept and only the rest is prefilled."""
+        already holds is kept and only the rest is prefilled. With
+        ``draft_tokens`` > 0 (at most ``max_draft``), decoding is speculative:
+        prompt-lookup drafts are verified in one forward and the sampler's own
+        draws decide what is kept, so the output is the sampler's, token by
+        token."""
         cdef Llm* llm = self._require()
         cdef vector[int] prompt = prompt_ids
         cdef size_t keep = 0
@@ -742,6 +795,9 @@ cdef class LlmCore:
         loop.fail_after = self._fail_after
         loop.constraint = constraint
         loop.has_constraint = constraint is not None
+        loop.spec_max = min(draft_tokens, self.max_draft)
+        loop.verify_cost = &self._verify_cost
+        loop.verify_serially = verify_serially
         self._fail_after = -1
         with nogil:
             loop.run(prompt, keep)
@@ -772,6 +828,69 @@ cdef class LlmCore:
         if failed:
             return None
         return list(out)
+
+    def forward_costs(self, prompt_ids, lengths, int repeats=3) -> list:
+        """Milliseconds of a decode-time forward over L tokens (all logits
+        returned for L > 1) after the prompt, for each L in ``lengths``: the
+        median of ``repeats`` (the first forward of a new length also builds
+        MNN's module for it). What a speculative verification costs against
+        a single-token step."""
+        cdef Llm* llm = self._require()
+        cdef vector[int] prompt = prompt_ids
+        cdef vector[int] lens = lengths
+        cdef vector[int] ids
+        cdef VARP logits_var
+        cdef size_t base = 0
+        cdef int64_t took = 0
+        cdef int i, r
+        cdef int vocab = 0
+        cdef int rows = 0
+        if prompt.size() == 0:
+            raise ValueError("forward_costs needs a prompt")
+        self._held.clear()
+        with nogil:
+            logits_var = prefill(llm, prompt, 0, &self._cancel)
+            base = llm.getCurrentHistory()
+        out = []
+        for i in range(<int>lens.size()):
+            times = []
+            for r in range(repeats):
+                with nogil:
+                    ids.assign(lens[i], prompt[prompt.size() - 1])
+                    set_all_logits(llm, lens[i] > 1)
+                    took = monotonic_ns()
+                    varp_reset(logits_var)
+                    logits_var = llm.forward(ids, False)
+                    read_all_logits(logits_var, &vocab, &rows)
+                    took = monotonic_ns() - took
+                    set_all_logits(llm, False)
+                    llm.eraseHistory(base, 0)
+                if rows != lens[i]:
+                    with nogil:
+                        varp_reset(logits_var)
+                        llm.reset()
+                    raise RuntimeError(f"MNN returned {rows} rows of logits for {lens[i]} tokens")
+                times.append(ns_to_ms(took))
+            out.append(sorted(times)[len(times) // 2])
+        with nogil:
+            varp_reset(logits_var)
+            llm.reset()
+        return out
+
+    def set_verify_costs(self, costs) -> None:
+        """Costs of verifying forwards over 1, 2, ... tokens relative to one
+        token (``costs[0]`` is 1.0): what speculative decoding weighs drafts
+        against; its longest draft is ``len(costs) - 1``. Empty: no drafting."""
+        self._verify_cost.clear()
+        if costs:
+            self._verify_cost.push_back(0.0)
+            for c in costs:
+                self._verify_cost.push_back(c)
+
+    @property
+    def max_draft(self) -> int:
+        """Longest draft the prepared verification costs allow (0: not prepared)."""
+        return max(<int>self._verify_cost.size() - 2, 0)
 
     def mnn_response(self, prompt_ids, int max_new_tokens) -> dict:
         """MNN's own generation loop (`Llm::response`) over the same ids: the
@@ -825,18 +944,41 @@ cdef class _Loop:
     cdef int64_t t_start, t_prefill_end, t_first, t_end
     cdef int64_t forward_ns  # inside MNN's decode forwards; the rest of decode_ms is this loop's own work
     cdef string error_message
+    # speculative decoding (spec_max 0: plain decoding)
+    cdef int spec_max
+    cdef vector[double]* verify_cost
+    cdef vector[int] history  # prompt and output: where drafts are looked up
+    cdef vector[int] drafts
+    cdef int drafted, accepted
+    cdef double accept_s, accept_t  # faded successes and trials of draft tokens
+    cdef int probe_wait, since_probe
+    cdef cbool probing
+    # test mode: verify drafts with one single-token forward each (the rows
+    # plain decoding computes, bit for bit), to prove the loop itself lossless
+    cdef cbool verify_serially
+    cdef vector[float] serial_rows
 
     cdef cbool cancelled(self) noexcept nogil:
         return self.cancel_flag[0].load() != 0
 
     cdef void run(self, const vector[int]& prompt, size_t keep) noexcept nogil:
+        self.decode(prompt, keep)
+        if self.spec_max > 0:
+            set_all_logits(self.llm, False)
+
+    cdef void decode(self, const vector[int]& prompt, size_t keep) noexcept nogil:
         cdef VARP logits_var
         cdef const float* logits
+        cdef const float* rows_base = NULL
         cdef int vocab = 0
-        cdef int token
+        cdef int rows = 0
+        cdef int row = 0  # the row of the last forward's logits being sampled
+        cdef int nrows = 1
+        cdef int token, k
+        cdef size_t kv_base  # KV cache length before the last forward
         cdef string piece
         cdef LlmContext* ctx
-        cdef vector[int] one = vector[int](1)
+        cdef vector[int] ids
         cdef int64_t forward_start
         self.prompt_len = <int>prompt.size()
         self.forward_ns = 0
@@ -853,6 +995,7 @@ cdef class _Loop:
             self.t_end = monotonic_ns()
             return
         ctx = llm_context(self.llm)
+        kv_base = <size_t>ctx.all_seq_len - 1
         logits = read_logits(logits_var, &vocab)
         if logits == NULL:
             self.fail(b"MNN returned no float32 logits")
@@ -864,6 +1007,14 @@ cdef class _Loop:
                 self.error = exc
                 self.finish = F_ERROR
                 return
+        if self.spec_max > 0:
+            if set_all_logits(self.llm, True):
+                self.history = prompt
+                self.accept_s = ACCEPT_PRIOR_S
+                self.accept_t = ACCEPT_PRIOR_T
+                self.probe_wait = PROBE_WAIT
+            else:
+                self.spec_max = 0
         while True:
             if self.cancelled():
                 self.finish = F_CANCELLED
@@ -878,6 +1029,8 @@ cdef class _Loop:
                 break
             self.sampler.accept(token)
             self.tokens.push_back(token)
+            if self.spec_max > 0:
+                self.history.push_back(token)
             if self.sampler.p.top_logprobs >= 0:
                 self.logprobs.push_back(self.sampler.last_logprob)
                 self.top_logprobs.push_back(self.sampler.last_top)
@@ -890,25 +1043,117 @@ cdef class _Loop:
             if self.max_tokens >= 0 and <int>self.tokens.size() >= self.max_tokens:
                 self.finish = F_LENGTH
                 break
-            if ctx.all_seq_len + 1 >= self.context_limit:  # prompt + output fill the context
+            # prompt + output fill the context: kv_base + row + 1 is what plain decoding would hold now
+            if <int>(kv_base + row + 2) >= self.context_limit:
                 self.finish = F_LENGTH
                 break
             if self.cancelled():
                 self.finish = F_CANCELLED
                 break
+            if row + 1 < nrows and token == self.drafts[row]:
+                row += 1  # the sampler drew the draft: its logits are already computed
+                self.accepted += 1
+                logits = rows_base + <size_t>row * vocab
+                continue
+            if nrows > 1:
+                self.learn(row, nrows - 1)
+                if row + 1 < nrows:  # drop the rejected drafts from the KV cache
+                    self.llm.eraseHistory(kv_base + 1 + row, 0)
+            kv_base = <size_t>ctx.all_seq_len
+            k = self.draft(<int>kv_base)
+            ids.assign(1, token)
+            ids.insert(ids.end(), self.drafts.begin(), self.drafts.begin() + k)
             varp_reset(logits_var)
-            one[0] = token
             forward_start = monotonic_ns()
-            logits_var = self.llm.forward(one, False)
+            if self.verify_serially and k > 0:
+                rows_base = self.forward_serially(ids, &vocab, &rows)
+            else:
+                logits_var = self.llm.forward(ids, False)
+                rows_base = read_all_logits(logits_var, &vocab, &rows)
             self.forward_ns += monotonic_ns() - forward_start
             self.decode_steps += 1
-            logits = read_logits(logits_var, &vocab)
-            if logits == NULL:
+            if rows_base == NULL:
                 self.fail(b"MNN returned no float32 logits")
                 return
+            if k == 0:
+                rows_base += <size_t>(rows - 1) * vocab  # the last row, should an engine return more
+            elif rows != k + 1:
+                self.fail(b"MNN did not return a row of logits for each token of a verification")
+                return
+            self.drafted += k
+            nrows = k + 1
+            row = 0
+            logits = rows_base
         if self.finish != F_ERROR and not self.callback_failed:
             self.flush_held()
         self.t_end = monotonic_ns()
+
+    cdef const float* forward_serially(self, const vector[int]& ids, int* vocab, int* rows) noexcept nogil:
+        """The logits rows of a verification, one single-token forward per token."""
+        cdef vector[int] one = vector[int](1)
+        cdef VARP logits_var
+        cdef const float* logits
+        cdef size_t i
+        self.serial_rows.clear()
+        rows[0] = 0
+        for i in range(ids.size()):
+            one[0] = ids[i]
+            varp_reset(logits_var)
+            logits_var = self.llm.forward(one, False)
+            logits = read_logits(logits_var, vocab)
+            if logits == NULL:
+                return NULL
+            self.serial_rows.insert(self.serial_rows.end(), logits, logits + vocab[0])
+            rows[0] += 1
+        return self.serial_rows.data()
+
+    cdef int draft(self, int kv_len) noexcept nogil:
+        """How many draft tokens (in self.drafts) to verify with the next
+        forward: the count with the best expected tokens per cost, 0 when no
+        draft is worth its cost (then, now and then, a one-token probe)."""
+        cdef int most = self.spec_max
+        cdef int k, best, found
+        cdef double p, expected, power, gain, best_gain
+        if most <= 0:
+            return 0
+        if kv_len + 1 + most > self.context_limit - 1:
+            most = self.context_limit - 2 - kv_len
+        if self.max_tokens >= 0 and <int>self.tokens.size() + most + 1 > self.max_tokens:
+            most = self.max_tokens - <int>self.tokens.size() - 1
+        found = <int>ngram_draft(self.history, most, &self.drafts)
+        if found <= 0:
+            return 0
+        p = self.accept_s / self.accept_t
+        best = 0
+        best_gain = GAIN_MARGIN
+        expected = 0.0
+        power = 1.0
+        for k in range(1, found + 1):
+            power *= p
+            expected += power
+            gain = (1.0 + expected) / self.verify_cost[0][k + 1]
+            if gain > best_gain:
+                best = k
+                best_gain = gain
+        self.probing = False
+        if best == 0:
+            self.since_probe += 1
+            if self.since_probe >= self.probe_wait:
+                self.since_probe = 0
+                self.probing = True
+                best = 1
+        return best
+
+    cdef void learn(self, int accepted, int drafted) noexcept nogil:
+        """Fold one verification's outcome into the acceptance estimate."""
+        cdef int trials = accepted + (1 if accepted < drafted else 0)
+        self.accept_s = self.accept_s * ACCEPT_DECAY + accepted
+        self.accept_t = self.accept_t * ACCEPT_DECAY + trials
+        if self.probing:
+            if accepted > 0:
+                self.probe_wait = PROBE_WAIT
+            elif self.probe_wait < PROBE_WAIT_MAX:
+                self.probe_wait *= 2
 
     cdef cbool constrain(self, int previous) noexcept nogil:
         """Tell the constraint the token chosen last (-1 before the first) and
@@ -987,6 +1232,8 @@ cdef class _Loop:
             "time_to_first_token_ms": ns_to_ms(self.t_first - self.t_start) if self.t_first else 0.0,
             "decode_ms": decode_ms,
             "decode_steps": self.decode_steps,
+            "drafted_tokens": self.drafted,
+            "accepted_tokens": self.accepted,
             "decode_forward_ms": ns_to_ms(self.forward_ns),
             "total_ms": ns_to_ms(end - self.t_start),
         }

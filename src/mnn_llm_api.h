@@ -213,6 +213,34 @@ inline bool embed_ids(MNN::Transformer::Llm* llm, const std::vector<int>& ids, s
     return true;
 }
 
+// Every row of the logits of the last forward (with MNN's `all_logits` on, one
+// row per input token): the float32 host pointer, the vocabulary size and the
+// number of rows; nullptr when the output is not float32.
+inline const float* read_all_logits(const MNN::Express::VARP& logits, int* vocab, int* rows) {
+    *vocab = 0;
+    *rows = 0;
+    MNN::Express::Variable* var = logits.get();
+    if (var == nullptr) return nullptr;
+    auto* info = var->getInfo();
+    if (info == nullptr || static_cast<int>(info->type.code) != 2 || info->type.bits != 32) return nullptr;
+    if (info->dim.empty() || info->dim.back() <= 0) return nullptr;
+    const float* data = var->readMap<float>();
+    if (data == nullptr) return nullptr;
+    *vocab = info->dim.back();
+    *rows = static_cast<int>(info->size / static_cast<size_t>(*vocab));
+    return data;
+}
+
+// Turn MNN's `all_logits` on or off (forwards of several tokens then return a
+// row per token); false when MNN refuses the config.
+inline bool set_all_logits(MNN::Transformer::Llm* llm, bool on) noexcept {
+    try {
+        return llm->set_config(on ? "{\"all_logits\": true}" : "{\"all_logits\": false}");
+    } catch (...) {
+        return false;
+    }
+}
+
 inline void varp_reset(MNN::Express::VARP& v) { v = MNN::Express::VARP(); }
 
 inline int64_t monotonic_ns() {

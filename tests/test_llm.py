@@ -79,7 +79,9 @@ def test_result_stats(scripted, chat):
     assert result.decode_tokens_per_second > 0 and result.prefill_tokens_per_second > 0
     assert result.usage == {"prompt_tokens": result.prompt_tokens, "completion_tokens": 17,
                             "total_tokens": result.prompt_tokens + 17,
-                            "prompt_tokens_details": {"cached_tokens": 0}}
+                            "prompt_tokens_details": {"cached_tokens": 0},
+                            "completion_tokens_details": {"accepted_prediction_tokens": 0,
+                                                          "rejected_prediction_tokens": 0}}
 
 
 # ---------------------------------------------------------------- determinism and seeds
