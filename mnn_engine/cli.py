@@ -20,10 +20,12 @@ from typing import Any
 
 from . import __version__, jsonutil
 from .build import BACKENDS, backend_capabilities, build_info
-from .engine import PRECISIONS, Engine, LoadOptions, preset_options
+from .engine import MEMORY_MODES, PRECISIONS, Engine, LoadOptions, preset_options
 from .errors import MnnEngineError
 from .hub import catalog
+from .llm import DEFAULT_DRAFT_TOKENS
 from .models import ModelInfo, ModelStore, model_id_from_name
+from .sampling import MAX_DRAFT_TOKENS, SPECULATIVE
 
 
 def _print_json(data: Any) -> None:
@@ -247,7 +249,8 @@ def _info(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- generation
 _LOAD_FLAGS = {"backend": "backend", "use_mmap": "mmap", "precision": "precision", "threads": "threads",
                "dynamic_option": "dynamic_option", "quant_qkv": "kv_quant", "context_length": "context_length",
-               "prompt_cache": "prompt_cache"}
+               "prompt_cache": "prompt_cache", "memory": "memory", "speculative": "speculative",
+               "draft_tokens": "draft_tokens"}
 
 
 def _load_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -473,6 +476,17 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-cache", action=argparse.BooleanOptionalAction, default=None,
                         help="keep the KV cache between generations and prefill only what changed (default: on; "
                              "outputs are the same either way)")
+    parser.add_argument("--memory", choices=MEMORY_MODES, default=None,
+                        help="MNN's weight mode: low (int4 weights, the fastest decode) or normal/high (float "
+                             "weights, several times the memory) (default: the model's, usually low)")
+    parser.add_argument("--speculative", choices=("auto", *SPECULATIVE), default=None,
+                        help="speculative decoding: ngram drafts tokens by prompt lookup and verifies them in one "
+                             "forward, keeping only what the sampler draws; auto (the default) turns it on with "
+                             "float weights, where it changes no token, and off with low-memory int4 weights, "
+                             "where MNN's batched kernels make outputs drift")
+    parser.add_argument("--draft-tokens", type=int, default=None, metavar="N",
+                        help=f"most draft tokens one verification checks, 1..{MAX_DRAFT_TOKENS} "
+                             f"(default {DEFAULT_DRAFT_TOKENS})")
 
 
 def _add_pull_options(parser: argparse.ArgumentParser) -> None:

@@ -31,7 +31,7 @@ from .build import BACKENDS, backend_capabilities, require_backend
 from .device import default_threads
 from .embedding import EmbeddingResult, embedding_inputs
 from .errors import MnnEngineError, invalid
-from .llm import GenerationResult, Llm, Prompt, check_quant_qkv
+from .llm import DEFAULT_DRAFT_TOKENS, GenerationResult, Llm, Prompt, check_quant_qkv, check_speculative
 from .models import ModelInfo, ModelLock, ModelStore
 from .state import EventStream, LogBuffer
 from .streaming import astream_pieces, stream_pieces
@@ -39,6 +39,8 @@ from .streaming import astream_pieces, stream_pieces
 log = logging.getLogger("mnn_engine.engine")
 
 PRECISIONS = ("low", "high")
+#: MNN's weight modes: int4 weights with int8 activations, or float weights
+MEMORY_MODES = ("low", "normal", "high")
 MAX_THREADS = 8
 MIN_CONTEXT = 16
 
@@ -60,6 +62,12 @@ class LoadOptions:
     MNN 3.6.1 mode 3 produces garbage text on real models and mode 4
     corrupts the heap on Qwen3-shaped ones. ``prompt_cache`` keeps the KV cache
     between generations (``Llm(prompt_cache=...)``; on by default, exact).
+    ``memory`` is MNN's weight mode (None: the model's, usually "low": int4
+    weights, the fastest decode; "normal"/"high": float weights, more
+    memory). ``speculative`` (``"auto"``: on with float weights, where it
+    changes no token, off in "low" mode; ``"ngram"``; ``"off"``) and
+    ``draft_tokens`` are the model's speculative-decoding defaults (see
+    ``Llm``); requests may override them.
     """
 
     backend: str = "cpu"
@@ -70,6 +78,9 @@ class LoadOptions:
     quant_qkv: int | None = None
     context_length: int | None = None
     prompt_cache: bool = True
+    memory: str | None = None
+    speculative: str = "auto"
+    draft_tokens: int = DEFAULT_DRAFT_TOKENS
 
     def validate(self) -> LoadOptions:
         if self.backend not in BACKENDS:
@@ -85,6 +96,9 @@ class LoadOptions:
                                                 or self.dynamic_option not in range(9)):
             raise invalid("dynamic_option", f"must be an integer from 0 to 8 (got {self.dynamic_option!r})")
         check_quant_qkv(self.quant_qkv)
+        check_speculative(self.speculative, self.draft_tokens)
+        if self.memory is not None and self.memory not in MEMORY_MODES:
+            raise invalid("memory", f"must be one of {', '.join(MEMORY_MODES)} (got {self.memory!r})")
         if self.context_length is not None and (isinstance(self.context_length, bool)
                                                 or not isinstance(self.context_length, int)
                                                 or not MIN_CONTEXT <= self.context_length <= 2**31 - 1):
@@ -107,6 +121,8 @@ class LoadOptions:
             config["quant_qkv"] = self.quant_qkv
         if self.context_length is not None:
             config["max_all_tokens"] = self.context_length
+        if self.memory is not None:
+            config["memory"] = self.memory
         return config
 
 
@@ -193,6 +209,8 @@ class Engine:
             if self._llm is not None:
                 model["context_limit"] = self._llm.context_limit
                 model["prompt_cache_tokens"] = self._llm.held_tokens
+                model["kind"] = self._llm.kind
+                model["speculative"] = self._llm.speculative_default
             busy = self._generation_state != "idle"
             return {
                 "engine": "generating" if busy else ("ready" if self._llm is not None else "idle"),
@@ -243,7 +261,8 @@ class Engine:
             self._set_model_state("loading")
             try:
                 cache_dir = self.store.prepared_cache(model_id, path)
-                llm = Llm(path, prompt_cache=opts.prompt_cache, **opts.mnn_config(cache_dir))
+                llm = Llm(path, prompt_cache=opts.prompt_cache, speculative=opts.speculative,
+                          draft_tokens=opts.draft_tokens, **opts.mnn_config(cache_dir))
                 llm.load()  # includes the warm-up forward
             except MnnEngineError as exc:
                 if lock is not None:

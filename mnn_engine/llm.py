@@ -41,8 +41,7 @@ _SAMPLER_DEFAULT_KEYS = (
 _DEFAULT_CONTEXT = 2048
 #: Tokens kept free for the answer when truncating a chat without max_tokens
 DEFAULT_ANSWER_RESERVE = 256
-#: Speculative decoding's defaults: whether it is on, and the longest draft one forward verifies
-DEFAULT_SPECULATIVE = "off"
+#: The longest draft one speculative verification checks, by default
 DEFAULT_DRAFT_TOKENS = 7
 # what verification costs are measured over (a short, ordinary prompt)
 _COST_PROBE_TEXT = "The quick brown fox jumps over the lazy dog, and then it runs home."
@@ -120,6 +119,13 @@ class GenerationResult:
         }
 
 
+def check_speculative(speculative: Any, draft_tokens: Any) -> None:
+    """A model's speculative-decoding defaults: "auto", "ngram" or "off", and a draft length."""
+    if speculative != "auto":
+        GenerationConfig(speculative=speculative).validate()
+    GenerationConfig(draft_tokens=draft_tokens).validate()
+
+
 def check_quant_qkv(value: Any) -> None:
     """Refuse MNN KV-cache quantisation modes that are broken in MNN 3.6.1
     (3 gives garbage text on real models, 4 corrupts the heap on Qwen3-shaped
@@ -176,20 +182,25 @@ class Llm:
     they occurred earlier in the prompt or output) and verifies up to
     ``draft_tokens`` of them in one forward. A draft token is kept only when
     the sampler, drawing at that position with the same random stream,
-    penalties, biases and grammar, draws it; so the choice rule is plain
-    decoding's. The logits of a verification come from MNN's batched kernels,
-    which round differently from its single-token ones, so a near-tie can
-    still resolve differently than in plain decoding. How many drafts to
-    verify follows the measured cost of a verification (``verify_costs``,
-    measured at load or at first use) and the acceptance so far; drafting
-    pauses when it does not pay.
+    penalties, biases and grammar, draws it: the choice rule is plain
+    decoding's. How many drafts to verify follows the measured cost of a
+    verification (``verify_costs``, measured at load or at first use) and
+    the acceptance so far; drafting pauses when it does not pay. The
+    logits of a verification come from MNN's batched kernels. With float
+    weights (MNN ``memory`` "normal" or "high") they equal the single-token
+    kernels' and the output is plain decoding's, token for token. In the
+    int4 low-memory mode (``memory`` "low", most models' default and the
+    fastest) the batched kernels quantise activations differently, so
+    outputs drift from plain decoding's within tens of tokens. Hence the
+    default ``speculative="auto"``: on with float weights, off in low-memory
+    mode (``speculative_default`` says which); see docs/benchmarks.md.
 
     A text-embedding model (``kind == "embedding"``: its graph outputs
     sentence embeddings) takes ``embed()`` instead of the generation methods.
     """
 
     def __init__(self, model: str | os.PathLike[str], *, prompt_cache: bool = True,
-                 speculative: str = DEFAULT_SPECULATIVE, draft_tokens: int = DEFAULT_DRAFT_TOKENS,
+                 speculative: str = "auto", draft_tokens: int = DEFAULT_DRAFT_TOKENS,
                  **config_overrides: Any) -> None:
         self.config_path = resolve_config_path(model)
         self.model_dir = self.config_path.parent
@@ -208,9 +219,11 @@ class Llm:
         self.config_overrides = dict(config_overrides)
         #: Reuse the KV cache across generations by default (GenerationConfig.cache_prompt decides per call).
         self.prompt_cache = prompt_cache
-        GenerationConfig(speculative=speculative, draft_tokens=draft_tokens).validate()
-        #: Speculative decoding by default ("ngram" or "off"; GenerationConfig.speculative decides per call)
+        check_speculative(speculative, draft_tokens)
+        #: Speculative decoding by default: "auto", "ngram" or "off" (GenerationConfig.speculative decides per call)
         self.speculative = speculative
+        #: what "auto" resolved to at load ("ngram" or "off")
+        self.speculative_default = "off"
         self.draft_tokens = draft_tokens
         #: cost of a verifying forward over 1, 2, ... tokens relative to one token (empty until measured)
         self.verify_costs: list[float] = []
@@ -292,7 +305,10 @@ class Llm:
             self._max_token_bytes = max(1, core.max_token_bytes(self._vocab_size))
             self._exact_cuts = splits_exactly(core.tokenize)
             self.verify_costs = []
-            if self.speculative == "ngram" and self.kind == "chat":
+            self.speculative_default = self.speculative
+            if self.speculative == "auto":
+                self.speculative_default = "off" if config.get("memory", "low") == "low" else "ngram"
+            if self.speculative_default == "ngram" and self.kind == "chat":
                 self._measure_verify_costs(core, self.draft_tokens)
             log.info("loaded %s (%s model, vocab %d, context %d)", self.config_path, self.kind, self._vocab_size,
                      self._context_limit)
@@ -723,7 +739,7 @@ class Llm:
     def _draft_tokens(self, core: _mnn.LlmCore, config: GenerationConfig) -> int:
         """The longest draft this generation verifies (0: plain decoding);
         verification costs are measured first if not yet for that length."""
-        if (config.speculative or self.speculative) != "ngram":
+        if (config.speculative or self.speculative_default) != "ngram":
             return 0
         draft_tokens = config.draft_tokens or self.draft_tokens
         if core.max_draft < draft_tokens:

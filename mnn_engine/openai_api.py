@@ -37,7 +37,7 @@ MAX_IMAGES = 8
 WORD_JOINER = "\u2060"
 _MEDIA_TAG = re.compile(r"</?(?:img|audio|video|hw)>", re.IGNORECASE)
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
-                    "repetition_penalty", "seed", "logit_bias")
+                    "repetition_penalty", "seed", "logit_bias", "speculative", "draft_tokens")
 
 
 def bad(param: str, message: str) -> MnnEngineError:

@@ -128,9 +128,10 @@ cdef size_t find_stop(const string& held, const vector[string]& stops) noexcept 
 
 # ---------------------------------------------------------------- drafting
 # Prompt lookup: the tokens that followed the latest earlier occurrence of the
-# text's last NGRAM_MAX..NGRAM_MIN tokens are the draft.
+# text's last NGRAM_MAX..NGRAM_MIN tokens are the draft (3..1 measured best
+# against 3..2, 4..1 and 2..1 with tools/bench/speculative.py's tasks).
 cdef int NGRAM_MAX = 3
-cdef int NGRAM_MIN = 2
+cdef int NGRAM_MIN = 1
 # Acceptance prior (successes, trials) and how fast old verifications fade.
 cdef double ACCEPT_PRIOR_S = 1.2
 cdef double ACCEPT_PRIOR_T = 2.0
@@ -141,6 +142,13 @@ cdef double GAIN_MARGIN = 1.02
 # one-token probe (doubles after each failed probe, up to PROBE_WAIT_MAX).
 cdef int PROBE_WAIT = 16
 cdef int PROBE_WAIT_MAX = 256
+
+
+def _set_draft_policy(int ngram_max, int ngram_min, double gain_margin) -> None:
+    """For benchmarks: the n-gram lengths drafts are looked up by, and the
+    margin a verification must promise over a plain step."""
+    global NGRAM_MAX, NGRAM_MIN, GAIN_MARGIN
+    NGRAM_MAX, NGRAM_MIN, GAIN_MARGIN = ngram_max, ngram_min, gain_margin
 
 
 cdef size_t ngram_draft(const vector[int]& hist, int most, vector[int]* out) noexcept nogil:
@@ -832,9 +840,9 @@ cdef class LlmCore:
     def forward_costs(self, prompt_ids, lengths, int repeats=3) -> list:
         """Milliseconds of a decode-time forward over L tokens (all logits
         returned for L > 1) after the prompt, for each L in ``lengths``: the
-        median of ``repeats`` (the first forward of a new length also builds
-        MNN's module for it). What a speculative verification costs against
-        a single-token step."""
+        fastest of ``repeats`` (noise only adds time; the first forward of a
+        new length also builds MNN's module for it). What a speculative
+        verification costs against a single-token step."""
         cdef Llm* llm = self._require()
         cdef vector[int] prompt = prompt_ids
         cdef vector[int] lens = lengths
@@ -871,7 +879,7 @@ cdef class LlmCore:
                         llm.reset()
                     raise RuntimeError(f"MNN returned {rows} rows of logits for {lens[i]} tokens")
                 times.append(ns_to_ms(took))
-            out.append(sorted(times)[len(times) // 2])
+            out.append(min(times))
         with nogil:
             varp_reset(logits_var)
             llm.reset()

@@ -235,7 +235,7 @@ class HealthHandler(JsonHandler):
 
     def get(self) -> None:
         snap = self.ctx.engine.snapshot()
-        model = {k: snap["model"].get(k) for k in ("state", "id", "options", "context_limit")}
+        model = {k: snap["model"].get(k) for k in ("state", "id", "options", "context_limit", "kind", "speculative")}
         model["name"] = active_model_name(self.ctx.engine)
         model["capabilities"] = model_capabilities(self.ctx.engine) if model["name"] else []
         status = "stopping" if self.ctx.stopping else ("ok" if model["state"] == "loaded" else "no_model")

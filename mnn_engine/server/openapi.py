@@ -83,6 +83,10 @@ _CHAT_REQUEST = {
         "cache_prompt": {"type": "boolean",
                          "description": "reuse the KV cache of the previous request (default true; the "
                                         "outputs are the same either way)"},
+        "speculative": {"type": "string", "enum": ["ngram", "off"],
+                        "description": "prompt-lookup speculative decoding (default: the server's --speculative); "
+                                       "usage.completion_tokens_details counts drafts kept and refused"},
+        "draft_tokens": {**_INTEGER, "minimum": 1, "maximum": 15},
         "tools": {"type": "array", "items": {"type": "object"}},
         "tool_choice": {"oneOf": [{"type": "string", "enum": ["auto", "none", "required"]}, {"type": "object"}]},
         "response_format": {
@@ -108,6 +112,8 @@ _COMPLETION_REQUEST = {
         "max_tokens": _INTEGER, "temperature": _NUMBER, "top_p": _NUMBER, "seed": _INTEGER,
         "stream": {"type": "boolean"},
         "logprobs": {"type": "integer", "minimum": 0, "maximum": 5}, "echo": {"type": "boolean"},
+        "speculative": {"type": "string", "enum": ["ngram", "off"]}, "draft_tokens": {**_INTEGER, "minimum": 1,
+                                                                                     "maximum": 15},
         "stop": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
     },
 }
