@@ -896,7 +896,7 @@ def _cancelled_raw() -> dict[str, Any]:
     return {"text": "", "token_ids": [], "finish_reason": "cancelled", "error_message": "",
             "prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "prefill_ms": 0.0,
             "time_to_first_token_ms": 0.0, "decode_ms": 0.0, "decode_steps": 0, "decode_forward_ms": 0.0,
-            "total_ms": 0.0}
+            "total_ms": 0.0, "drafted_tokens": 0, "accepted_tokens": 0}
 
 
 def _is_chat(prompt: Any) -> bool:

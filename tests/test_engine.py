@@ -73,7 +73,7 @@ def test_loaded_model_records_its_options(engine):
     assert model["id"] == "scripted" and model["state"] == "loaded"
     assert model["options"] == {"backend": "cpu", "use_mmap": True, "precision": "high", "threads": 2,
                                 "dynamic_option": None, "quant_qkv": None, "context_length": None,
-                                "prompt_cache": True}
+                                "prompt_cache": True, "memory": None, "speculative": "auto", "draft_tokens": 7}
     assert engine.snapshot()["engine"] == "ready"
     assert engine.store.cache_path("scripted").is_dir()  # MNN's tmp_path lives in the store
 

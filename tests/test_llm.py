@@ -85,6 +85,16 @@ def test_result_stats(scripted, chat):
 
 
 # ---------------------------------------------------------------- determinism and seeds
+def test_a_generation_cancelled_before_its_prefill_reports_what_the_loop_reports(scripted, chat):
+    from mnn_engine import GenerationConfig
+    from mnn_engine.llm import _cancelled_raw
+
+    params = GenerationConfig(temperature=0).resolved(scripted.sampling_defaults, scripted.vocab_size)
+    with scripted._exclusive() as core:
+        native = core.generate(scripted.prompt_ids(chat), params, max_tokens=2)
+    assert set(_cancelled_raw()) == set(native) - {"logprobs"}
+
+
 def test_greedy_is_deterministic(tiny, chat):
     first = tiny.generate(chat, temperature=0, max_tokens=24, ignore_eos=True)
     second = tiny.generate(chat, temperature=0, max_tokens=24, ignore_eos=True)

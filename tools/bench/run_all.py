@@ -12,7 +12,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SUITE = ["engine.py", "http_stream.py", "memory.py", "ceiling.py", "peers.py", "load.py", "kv_quality.py",
          "decode_profile.py", "conversation.py", "cache_exactness.py", "threads.py",
-         "structured.py"]
+         "structured.py", "speculative.py"]
 
 
 def main() -> None:
