@@ -855,6 +855,8 @@ class Llm:
                 raise MnnEngineError("context_length_exceeded",
                                      f"an input has more than {limit} tokens, the model's context", param=param)
             ids = found
+        if not ids:  # MNN would run a forward over nothing
+            raise MnnEngineError("empty_prompt", "an input has no tokens", param=param)
         if len(ids) > limit:
             raise MnnEngineError("context_length_exceeded",
                                  f"an input has {len(ids)} tokens; the context holds {self._context_limit}",
