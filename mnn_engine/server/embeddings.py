@@ -11,9 +11,19 @@ import base64
 import math
 import struct
 from collections.abc import Mapping
+from typing import Any
 
 from ..openai_api import bad
 from .app import BodyHandler
+
+
+def dimensions_field(body: Mapping[str, Any]) -> int | None:
+    """The optional ``dimensions`` field (both dialects): a positive integer."""
+    dimensions = body.get("dimensions")
+    if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int)
+                                   or dimensions < 1):
+        raise bad("dimensions", "'dimensions' must be a positive integer")
+    return dimensions
 
 
 def shortened(vector: list[float], dimensions: int) -> list[float]:
@@ -37,10 +47,7 @@ class EmbeddingsHandler(BodyHandler):
         encoding = body.get("encoding_format", "float")
         if encoding not in ("float", "base64"):
             raise bad("encoding_format", "'encoding_format' must be 'float' or 'base64'")
-        dimensions = body.get("dimensions")
-        if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int)
-                                       or dimensions < 1):
-            raise bad("dimensions", "'dimensions' must be a positive integer")
+        dimensions = dimensions_field(body)
         model = self.require_model()
         llm = self.ctx.engine.llm
         if dimensions is not None and llm.kind == "embedding" and dimensions > llm.embedding_dim:

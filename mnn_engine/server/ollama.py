@@ -30,7 +30,7 @@ from ..llm import GenerationResult
 from ..openai_api import ChatRequest, ImagePolicy, OutputParser, parse_chat_request, prompt_opens_thinking
 from ..streaming import astream_pieces
 from .app import BodyHandler, JsonHandler, active_model_name, error_body, model_capabilities
-from .embeddings import shortened
+from .embeddings import dimensions_field, shortened
 
 #: the Ollama API version these routes follow
 OLLAMA_VERSION = "0.9.0"
@@ -400,10 +400,7 @@ class EmbedHandler(OllamaBodyHandler):
         truncate = body.get("truncate", True)
         if not isinstance(truncate, bool):
             raise invalid("truncate", "'truncate' must be true or false")
-        dimensions = body.get("dimensions")
-        if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int)
-                                       or dimensions < 1):
-            raise invalid("dimensions", "'dimensions' must be a positive integer")
+        dimensions = dimensions_field(body)
         started = time.perf_counter()
         result = await self.embed(inputs, truncate=truncate)
         vectors = result.vectors

