@@ -14,6 +14,7 @@ only what does not depend on the logits' last bits is asserted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -43,15 +44,14 @@ def smol():
         yield llm
 
 
+@contextlib.contextmanager
 def _serially(llm: Llm):
-    class Serial:
-        def __enter__(self):
-            llm._verify_serially = True
-
-        def __exit__(self, *exc):
-            llm._verify_serially = False
-
-    return Serial()
+    """Verify drafts with single-token forwards (plain decoding's logits)."""
+    llm._verify_serially = True
+    try:
+        yield
+    finally:
+        llm._verify_serially = False
 
 
 def _same(a, b):
@@ -186,8 +186,12 @@ def test_bad_options_are_refused(options, param):
     with pytest.raises(MnnEngineError) as err:
         LoadOptions(**options).validate()
     assert err.value.param == param
-    with pytest.raises(MnnEngineError):
+
+
+def test_an_unknown_memory_mode_is_refused():
+    with pytest.raises(MnnEngineError) as err:
         LoadOptions(memory="tiny").validate()
+    assert err.value.param == "memory"
 
 
 def test_the_server_reports_drafts_in_usage(tmp_path):
