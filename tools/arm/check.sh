@@ -117,7 +117,11 @@ in_root /bin/sh -c "cd /work/mnn-engine && QEMU_CPU=max timeout $TIMEOUT /opt/ve
   -p no:cacheprovider -m 'not slow' ${TESTS[*]}" 2>&1 | tee "$OUT/pytest.log" | tail -15
 status=${PIPESTATUS[0]}
 set -e
-summary=$(grep -E '^[0-9]+ (passed|failed)|passed|failed' "$OUT/pytest.log" | tail -1)
+summary=$(grep -E 'passed|failed' "$OUT/pytest.log" | tail -1 || true)
+if [ "$status" = 124 ]; then  # timeout stopped pytest before its summary: count what had run
+  summary="stopped by the ${TIMEOUT}s bound after $(grep -o '[.FEsx]' <(grep -vE 'passed|failed|^=' "$OUT/pytest.log") \
+    | sort | uniq -c | tr -s ' \n' ' ')"
+fi
 python3 - "$OUT" "$status" "$summary" "$(git rev-parse HEAD)" "$MODE" <<'EOF'
 import json, sys, time
 out, status, summary, commit, mode = sys.argv[1:]
