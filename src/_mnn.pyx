@@ -144,13 +144,6 @@ cdef int PROBE_WAIT = 16
 cdef int PROBE_WAIT_MAX = 256
 
 
-def _set_draft_policy(int ngram_max, int ngram_min, double gain_margin) -> None:
-    """For benchmarks: the n-gram lengths drafts are looked up by, and the
-    margin a verification must promise over a plain step."""
-    global NGRAM_MAX, NGRAM_MIN, GAIN_MARGIN
-    NGRAM_MAX, NGRAM_MIN, GAIN_MARGIN = ngram_max, ngram_min, gain_margin
-
-
 cdef size_t ngram_draft(const vector[int]& hist, int most, vector[int]* out) noexcept nogil:
     """Fill ``out`` with up to ``most`` tokens that followed the latest earlier
     occurrence of hist's longest matching suffix (NGRAM_MAX down to
@@ -1084,7 +1077,7 @@ cdef class _Loop:
                 self.fail(b"MNN returned no float32 logits")
                 return
             if k == 0:
-                rows_base += <size_t>(rows - 1) * vocab  # the last row, should an engine return more
+                rows_base += <size_t>(rows - 1) * vocab  # the last row (as read_logits takes it)
             elif rows != k + 1:
                 self.fail(b"MNN did not return a row of logits for each token of a verification")
                 return

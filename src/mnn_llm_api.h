@@ -173,23 +173,36 @@ inline MNN::Transformer::LlmContext* llm_context(MNN::Transformer::Llm* llm) {
 #endif
 }
 
-// Logits of the last forward: a float32 host pointer (valid until the next
-// forward) and the vocabulary size; nullptr when the output is not float32.
-inline const float* read_logits(const MNN::Express::VARP& logits, int* size) {
-    *size = 0;
-    MNN::Express::Variable* var = logits.get();
+// A variable's float32 host data and its Info; nullptr when it is empty or not float32.
+inline const float* float32_data(const MNN::Express::VARP& value, const MNN::Express::Variable::Info** info) {
+    *info = nullptr;
+    MNN::Express::Variable* var = value.get();
     if (var == nullptr) return nullptr;
-    auto* info = var->getInfo();
-    if (info == nullptr || static_cast<int>(info->type.code) != 2 || info->type.bits != 32) return nullptr;
-    if (info->dim.empty()) return nullptr;
+    auto* found = var->getInfo();
+    if (found == nullptr || static_cast<int>(found->type.code) != 2 || found->type.bits != 32) return nullptr;
+    if (found->dim.empty() || found->dim.back() <= 0) return nullptr;
     const float* data = var->readMap<float>();
-    if (data == nullptr) return nullptr;
-    int vocab = info->dim.back();
-    // forward returns the last position only: [1, 1, vocab]; be defensive if
-    // an engine returns every position, and take the last row.
-    data += info->size - static_cast<size_t>(vocab);
-    *size = vocab;
+    if (data != nullptr) *info = found;
     return data;
+}
+
+// Every row of the logits of the last forward (with MNN's `all_logits` on, one
+// row per input token): the host pointer, the vocabulary size and the number
+// of rows; nullptr when the output is not float32.
+inline const float* read_all_logits(const MNN::Express::VARP& logits, int* vocab, int* rows) {
+    const MNN::Express::Variable::Info* info;
+    const float* data = float32_data(logits, &info);
+    *vocab = data == nullptr ? 0 : info->dim.back();
+    *rows = data == nullptr ? 0 : static_cast<int>(info->size / static_cast<size_t>(*vocab));
+    return data;
+}
+
+// Logits of the last position of the last forward (a forward returns only
+// that row unless `all_logits` is on; the last row either way).
+inline const float* read_logits(const MNN::Express::VARP& logits, int* size) {
+    int rows = 0;
+    const float* data = read_all_logits(logits, size, &rows);
+    return data == nullptr ? nullptr : data + static_cast<size_t>(rows - 1) * *size;
 }
 
 // An embedding model, created unloaded (load() is the virtual Llm::load).
@@ -203,32 +216,11 @@ inline bool embed_ids(MNN::Transformer::Llm* llm, const std::vector<int>& ids, s
     out->clear();
     auto* model = static_cast<MNN::Transformer::Embedding*>(llm);
     MNN::Express::VARP result = model->ids_embedding(ids);
-    MNN::Express::Variable* var = result.get();
-    if (var == nullptr) return false;
-    auto* info = var->getInfo();
-    if (info == nullptr || static_cast<int>(info->type.code) != 2 || info->type.bits != 32) return false;
-    const float* data = var->readMap<float>();
+    const MNN::Express::Variable::Info* info;
+    const float* data = float32_data(result, &info);
     if (data == nullptr) return false;
     out->assign(data, data + info->size);
     return true;
-}
-
-// Every row of the logits of the last forward (with MNN's `all_logits` on, one
-// row per input token): the float32 host pointer, the vocabulary size and the
-// number of rows; nullptr when the output is not float32.
-inline const float* read_all_logits(const MNN::Express::VARP& logits, int* vocab, int* rows) {
-    *vocab = 0;
-    *rows = 0;
-    MNN::Express::Variable* var = logits.get();
-    if (var == nullptr) return nullptr;
-    auto* info = var->getInfo();
-    if (info == nullptr || static_cast<int>(info->type.code) != 2 || info->type.bits != 32) return nullptr;
-    if (info->dim.empty() || info->dim.back() <= 0) return nullptr;
-    const float* data = var->readMap<float>();
-    if (data == nullptr) return nullptr;
-    *vocab = info->dim.back();
-    *rows = static_cast<int>(info->size / static_cast<size_t>(*vocab));
-    return data;
 }
 
 // Turn MNN's `all_logits` on or off (forwards of several tokens then return a
