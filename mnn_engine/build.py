@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from . import _mnn
+
+log = logging.getLogger(__name__)
 
 BACKENDS = ("cpu", "opencl", "vulkan", "hexagon")
 
@@ -17,6 +21,14 @@ _DRIVER_LIBRARIES = {
     "vulkan": ["libvulkan.so", "libvulkan.so.1", "/system/lib64/libvulkan.so"],
     "hexagon": ["libQnnHtp.so", "/vendor/lib64/libQnnHtp.so"],
 }
+
+
+# An MNN built with MNN_SEP_BUILD=ON (Termux's mnn package) keeps each GPU
+# backend in a library of its own next to libMNN.so (the mnn-backend-*
+# subpackages); loading it registers the backend with MNN.
+BACKEND_LIBRARIES = {"opencl": "libMNN_CL.so", "vulkan": "libMNN_Vulkan.so"}
+_BACKEND_PACKAGES = {"opencl": "mnn-backend-opencl", "vulkan": "mnn-backend-vulkan"}
+_loaded_backend_libraries: dict[str, ctypes.CDLL] = {}
 
 
 def build_info() -> dict[str, Any]:
@@ -56,6 +68,47 @@ def engine_identity() -> dict[str, Any]:
     return {"build": build, "cpu": cpu_kernel_features()}
 
 
+def mapped_library_dir(name: str, maps: str | None = None) -> Path | None:
+    """The directory of the shared library ``name`` (e.g. ``libMNN.so``) that
+    this process has mapped, read from ``/proc/self/maps`` (or ``maps``)."""
+    if maps is None:
+        try:
+            maps = Path("/proc/self/maps").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    for line in maps.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].endswith("/" + name):
+            return Path(fields[5]).parent
+    return None
+
+
+def backend_library(name: str) -> Path | None:
+    """The separately built library of backend ``name`` installed next to the
+    libMNN.so in use, or None (backend built into libMNN, or not installed)."""
+    file = BACKEND_LIBRARIES.get(name)
+    directory = mapped_library_dir("libMNN.so") if file else None
+    if file is None or directory is None or not (directory / file).is_file():
+        return None
+    return directory / file
+
+
+def load_backend_library(name: str) -> bool:
+    """Load backend ``name``'s separate library, once, so that MNN can create
+    the backend; False when there is none to load (or it does not load)."""
+    if name in _loaded_backend_libraries:
+        return True
+    path = backend_library(name)
+    if path is None:
+        return False
+    try:
+        _loaded_backend_libraries[name] = ctypes.CDLL(str(path))
+    except OSError as exc:
+        log.warning("MNN's %s backend library %s does not load: %s", name, path, exc)
+        return False
+    return True
+
+
 def _loadable(names: list[str]) -> bool:
     for name in names:
         try:
@@ -69,11 +122,14 @@ def _loadable(names: list[str]) -> bool:
 def backend_capabilities() -> dict[str, dict[str, bool]]:
     """Per backend: ``compiled`` into this build and ``available`` on this device.
 
-    CPU is always available. A GPU or NPU backend is available when it is
-    compiled in and its driver library loads here (what MNN needs to create
-    it; ``LD_LIBRARY_PATH`` matters on Android, see docs/termux.md). Set
+    A backend is compiled when the build recorded it or its separate library
+    (``BACKEND_LIBRARIES``) is installed next to libMNN.so. CPU is always
+    available. A GPU or NPU backend is available when it is compiled and its
+    driver library loads here (what MNN needs to create it; ``LD_LIBRARY_PATH``
+    matters on Android, see docs/termux.md). Set
     ``MNN_ENGINE_ASSUME_BACKENDS=opencl,vulkan`` to override the probe."""
     compiled = set(build_info()["backends_compiled"]) | {"cpu"}
+    compiled |= {name for name in BACKEND_LIBRARIES if backend_library(name) is not None}
     assumed = {b.strip() for b in os.environ.get("MNN_ENGINE_ASSUME_BACKENDS", "").split(",") if b.strip()}
     caps = {}
     for name in BACKENDS:
@@ -90,5 +146,11 @@ def require_backend(name: str) -> None:
 
     caps = backend_capabilities().get(name)
     if caps is None or not caps["available"]:
-        state = "not compiled into this build" if not caps or not caps["compiled"] else "not usable on this device"
+        if caps and caps["compiled"]:
+            state = "not usable on this device (no driver library loads)"
+        else:
+            state = "not compiled into this build"
+            if name in _BACKEND_PACKAGES and build_info()["mode"] == "system":
+                state += f" (Termux: pkg install {_BACKEND_PACKAGES[name]})"
         raise MnnEngineError("backend_unavailable", f"backend {name!r} is {state}", param="backend")
+    load_backend_library(name)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _mnn, structured
+from .build import load_backend_library
 from .embedding import EmbeddingInput, EmbeddingResult, embedding_inputs, template_wrap, vector_from
 from .errors import MnnEngineError, invalid
 from .first_touch import check_in_child
@@ -270,6 +271,7 @@ class Llm:
             if self._core is not None:
                 return self
             started = time.perf_counter()
+            load_backend_library(str({**self.file_config, **self.config_overrides}.get("backend_type", "cpu")))
             with captured_native_output() as lines:
                 core = _mnn.LlmCore(str(self.config_path), embedding=self.kind == "embedding")
                 if self.config_overrides:

@@ -1,5 +1,7 @@
-"""The Termux recipe passes termux-packages' lint rules (and shellcheck), and
-its service script turns serve.env into the right command line."""
+"""The Termux recipes (mnn with its backend subpackages, python-mnn-engine on
+top) pass termux-packages' lint rules and shellcheck, agree with each other
+and with the code, and the service script turns serve.env into the right
+command line. Their build logic is replayed by tools/termux/replay.sh."""
 
 from __future__ import annotations
 
@@ -15,19 +17,22 @@ from support import REPO
 sys.path.insert(0, str(REPO / "tools" / "termux"))
 from lint_recipe import lint
 
-RECIPE = REPO / "packaging" / "termux" / "python-mnn-engine"
+RECIPES = REPO / "packaging" / "termux"
+RECIPE = RECIPES / "python-mnn-engine"
+MNN_RECIPE = RECIPES / "mnn"
 
 
 def test_recipe_passes_the_lint_rules():
     result = subprocess.run([sys.executable, str(REPO / "tools/termux/lint_recipe.py")], capture_output=True,
                             text=True)
     assert result.returncode == 0, result.stdout
-    assert "python-mnn-engine: PASS" in result.stdout
-    assert not os.access(RECIPE / "build.sh", os.X_OK)
+    assert "python-mnn-engine: PASS" in result.stdout and "mnn: PASS" in result.stdout
+    for script in (RECIPE / "build.sh", *MNN_RECIPE.glob("*.sh")):
+        assert not os.access(script, os.X_OK)
 
 
 @pytest.mark.parametrize(("edit", "problem"), [
-    (lambda s: s.replace("\tlocal wrap=", "    local wrap="), "indent with tabs"),
+    (lambda s: s.replace("\tlocal wheel", "    local wheel"), "indent with tabs"),
     (lambda s: s.replace('TERMUX_PKG_DESCRIPTION="', 'TERMUX_PKG_DESCRIPTION="' + "x" * 100), "longer than 100"),
     (lambda s: s.replace('TERMUX_PKG_LICENSE="Apache-2.0"', 'TERMUX_PKG_LICENSE="Apache2"'), "unknown licence"),
     (lambda s: s.replace("TERMUX_PKG_AUTO_UPDATE=false", "TERMUX_PKG_AUTO_UPDATE=no"), "true or false"),
@@ -59,13 +64,32 @@ def test_executable_build_sh_and_bad_names_fail(tmp_path):
     assert any("executable" in p for p in problems) and any("package name" in p for p in problems)
 
 
+@pytest.mark.parametrize(("edit", "problem"), [
+    (lambda s: s.replace('TERMUX_SUBPKG_DESCRIPTION="OpenCL backend for MNN (Adreno and Mali GPUs)"\n', ""),
+     "DESCRIPTION is not set"),
+    (lambda s: s.replace("lib/libMNN_CL.so", ""), "INCLUDE is empty"),
+    (lambda s: s.replace("lib/libMNN_CL.so", "/lib/libMNN_CL.so"), "relative to the prefix"),
+    (lambda s: s + "TERMUX_SUBPKG_DEPEND_ON_PARENT=maybe\n", "DEPEND_ON_PARENT"),
+    (lambda s: s.replace("lib/libMNN_CL.so", "lib/libMNN_CL.so "), "trailing whitespace"),
+])
+def test_subpackage_rules_catch_their_mistakes(tmp_path, edit, problem):
+    broken = tmp_path / "mnn"
+    shutil.copytree(MNN_RECIPE, broken)
+    script = broken / "mnn-backend-opencl.subpackage.sh"
+    script.write_text(edit(script.read_text()))
+    assert any(problem in p for p in lint(broken)), lint(broken)
+
+
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="needs shellcheck (.ci/run installs it)")
 def test_shellcheck():
     # SC2034: recipe and env variables are read by the build system / the service script
     # SC2239: the shebang's @TERMUX_PREFIX@ is replaced at install time
-    for args in (["-s", "bash", "-e", "SC2034", "build.sh"], ["-s", "sh", "-e", "SC2239", "serve.sh"],
-                 ["-s", "sh", "-e", "SC2034", "serve.env"]):
-        result = subprocess.run(["shellcheck", *args], cwd=RECIPE, capture_output=True, text=True)
+    for cwd, args in ((RECIPE, ["-s", "bash", "-e", "SC2034", "build.sh"]),
+                      (RECIPE, ["-s", "sh", "-e", "SC2239", "serve.sh"]),
+                      (RECIPE, ["-s", "sh", "-e", "SC2034", "serve.env"]),
+                      (MNN_RECIPE, ["-s", "bash", "-e", "SC2034", *sorted(p.name for p in MNN_RECIPE.glob("*.sh"))]),
+                      (REPO, ["-x", "tools/termux/replay.sh", "tools/arm/check.sh", "tools/arm/root.sh"])):
+        result = subprocess.run(["shellcheck", *args], cwd=cwd, capture_output=True, text=True)
         assert result.returncode == 0, result.stdout
 
 
@@ -93,9 +117,25 @@ def test_service_script_builds_the_serve_command(tmp_path):
     assert f"KEY=abc HOME={prefix}/../home TMP={prefix}/tmp" in out
 
 
-def test_recipe_builds_mnn_from_the_pinned_subproject():
-    build = (RECIPE / "build.sh").read_text()
+def test_the_recipes_build_the_pinned_mnn_and_link_against_it():
+    mnn = (MNN_RECIPE / "build.sh").read_text()
+    python = (RECIPE / "build.sh").read_text()
     wrap = (REPO / "subprojects" / "MNN.wrap").read_text()
-    assert "revision = d407447ed56c4121a11ccbd266dc184ca1ead0c2" in wrap
-    assert "-Dmnn=subproject" in build and "MNN.wrap" in build
-    assert "/tmp" not in build.replace("$TERMUX_PKG_TMPDIR", "")
+    commit = "d407447ed56c4121a11ccbd266dc184ca1ead0c2"
+    assert f"revision = {commit}" in wrap and f"_MNN_COMMIT={commit}" in mnn
+    assert 'TERMUX_PKG_VERSION="3.6.1"' in mnn and "-DMNN_SEP_BUILD=ON" in mnn
+    assert "-Dmnn=system" in python and "-Dmnn_prefix=$TERMUX_PREFIX" in python
+    assert "mnn," in python.split("TERMUX_PKG_DEPENDS=")[1].split("\n")[0]
+    for recipe in (mnn, python):
+        assert "/tmp" not in recipe.replace("$TERMUX_PKG_TMPDIR", "")
+
+
+def test_backend_subpackages_hold_the_libraries_mnn_engine_loads():
+    from mnn_engine.build import BACKEND_LIBRARIES
+
+    python = (RECIPE / "build.sh").read_text()
+    for backend, library in BACKEND_LIBRARIES.items():
+        subpackage = MNN_RECIPE / f"mnn-backend-{backend}.subpackage.sh"
+        assert f"lib/{library}" in subpackage.read_text().split()
+        assert f"mnn-backend-{backend}" in python  # recommended by python-mnn-engine
+        assert library in (MNN_RECIPE / "build.sh").read_text()  # checked after the install

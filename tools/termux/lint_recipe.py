@@ -7,7 +7,9 @@ The rules (termux-packages scripts/lint-packages.sh): package layout and
 name, build.sh not executable, tab indentation, ``bash -n``, no trailing
 whitespace or doubled final newline, required fields, description length,
 licence names, version format, SRCURL and SHA256 rules, boolean fields,
-relative paths in RM_AFTER_INSTALL/CONFFILES, SERVICE_SCRIPT pairs. Runs with
+relative paths in RM_AFTER_INSTALL/CONFFILES, SERVICE_SCRIPT pairs; for each
+``*.subpackage.sh``: its name, the same file rules, a description and a
+non-empty TERMUX_SUBPKG_INCLUDE of prefix-relative paths. Runs with
 bash only (no NDK, no termux-packages checkout). Exit status 1 on any failure.
 """
 
@@ -38,10 +40,14 @@ VERSION = re.compile(r"^(\d+:)?[0-9][A-Za-z0-9.+~-]*$")
 SEP = "\x1f"
 
 
-def read_fields(script: Path) -> dict[str, list[str]]:
-    """Source build.sh in bash (as the linter does) and read its variables."""
+SUBPACKAGE_FIELDS = ("TERMUX_SUBPKG_DESCRIPTION", "TERMUX_SUBPKG_INCLUDE", "TERMUX_SUBPKG_DEPEND_ON_PARENT",
+                     "TERMUX_SUBPKG_PLATFORM_INDEPENDENT")
+
+
+def read_fields(script: Path, names: tuple[str, ...] = FIELDS) -> dict[str, list[str]]:
+    """Source the script in bash (as the linter does) and read its variables."""
     dump = "; ".join(
-        f'printf "%s\\x1e" {name}; printf "%s\\x1f" "${{{name}[@]}}"; printf "\\x1d"' for name in FIELDS
+        f'printf "%s\\x1e" {name}; printf "%s\\x1f" "${{{name}[@]}}"; printf "\\x1d"' for name in names
     )
     code = f"set +e +u; TERMUX_PKG_API_LEVEL=24; . {str(script)!r} >/dev/null 2>&1; {dump}"
     out = subprocess.run(["bash", "-c", code], capture_output=True, text=True, check=True).stdout
@@ -76,6 +82,47 @@ def check_indentation(lines: list[str]) -> list[str]:
     return problems
 
 
+def check_file(script: Path) -> list[str]:
+    """The rules every recipe file follows: newlines, mode, indentation, syntax, whitespace."""
+    problems = []
+    raw = script.read_bytes()
+    if raw.endswith(b"\n\n"):
+        problems.append("duplicate newlines at the end")
+    if not raw.endswith(b"\n"):
+        problems.append("no newline at the end")
+    if script.stat().st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH):
+        problems.append(f"{script.name} must not be executable")
+    lines = raw.decode().split("\n")
+    problems += check_indentation(lines)
+    syntax = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    if syntax.returncode or syntax.stderr:
+        problems.append(f"bash -n: {syntax.stderr.strip()}")
+    problems += [f"line {i}: trailing whitespace" for i, line in enumerate(lines, 1) if line != line.rstrip()]
+    return problems
+
+
+def lint_subpackage(script: Path) -> list[str]:
+    name = script.name.removesuffix(".subpackage.sh")
+    problems = [f"{name}: {p}" for p in check_file(script)]
+    if not PACKAGE_NAME.match(name):
+        problems.append(f"invalid subpackage name {name!r}")
+    fields = read_fields(script, SUBPACKAGE_FIELDS)
+    description = fields.get("TERMUX_SUBPKG_DESCRIPTION", [""])[0]
+    if not description:
+        problems.append(f"{name}: TERMUX_SUBPKG_DESCRIPTION is not set")
+    if len(description) > 100:
+        problems.append(f"{name}: TERMUX_SUBPKG_DESCRIPTION is longer than 100 characters")
+    include = " ".join(fields.get("TERMUX_SUBPKG_INCLUDE", [])).split()
+    if not include:
+        problems.append(f"{name}: TERMUX_SUBPKG_INCLUDE is empty")
+    problems += [f"{name}: TERMUX_SUBPKG_INCLUDE: {path!r} must be relative to the prefix"
+                 for path in include if path.startswith("/")]
+    depend = fields.get("TERMUX_SUBPKG_DEPEND_ON_PARENT", [""])[0]
+    if depend and depend not in ("true", "false", "unversioned", "deps"):
+        problems.append(f"{name}: TERMUX_SUBPKG_DEPEND_ON_PARENT must be true, false, unversioned or deps")
+    return problems
+
+
 def lint(package_dir: Path) -> list[str]:
     problems: list[str] = []
     name = package_dir.name
@@ -84,20 +131,9 @@ def lint(package_dir: Path) -> list[str]:
         return [f"{name}: no build.sh"]
     if not PACKAGE_NAME.match(name) or len(name) < 2:
         problems.append(f"invalid package name {name!r}")
-    raw = script.read_bytes()
-    if raw.endswith(b"\n\n"):
-        problems.append("duplicate newlines at the end")
-    if not raw.endswith(b"\n"):
-        problems.append("no newline at the end")
-    if script.stat().st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH):
-        problems.append("build.sh must not be executable")
-    text = raw.decode()
-    lines = text.split("\n")
-    problems += check_indentation(lines)
-    syntax = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
-    if syntax.returncode or syntax.stderr:
-        problems.append(f"bash -n: {syntax.stderr.strip()}")
-    problems += [f"line {i}: trailing whitespace" for i, line in enumerate(lines, 1) if line != line.rstrip()]
+    problems += check_file(script)
+    for subpackage in sorted(package_dir.glob("*.subpackage.sh")):
+        problems += lint_subpackage(subpackage)
     fields = read_fields(script)
 
     def one(key: str) -> str:
