@@ -58,7 +58,7 @@ export TERMUX_PYTHON_VERSION=3.11 TERMUX_HOST_PLATFORM=aarch64-linux-gnu
 export TERMUX_MAKE_PROCESSES=${TERMUX_MAKE_PROCESSES:-$(nproc)}
 export TERMUX_COMMON_CACHEDIR=$WORK/cache
 export TERMUX_STANDALONE_TOOLCHAIN=/usr
-export CC=aarch64-linux-gnu-gcc CXX=aarch64-linux-gnu-g++ LD=ld AR=aarch64-linux-gnu-ar
+export CC=aarch64-linux-gnu-gcc CXX=aarch64-linux-gnu-g++ LD=aarch64-linux-gnu-ld AR=aarch64-linux-gnu-ar
 export RANLIB=aarch64-linux-gnu-ranlib STRIP=aarch64-linux-gnu-strip PKG_CONFIG=pkg-config
 export CFLAGS="-fstack-protector-strong -Oz" CXXFLAGS="-fstack-protector-strong -Oz"
 # Debian's python3.11 headers are multiarch: pyconfig.h includes
@@ -142,7 +142,6 @@ termux_step_configure_cmake() {
 	cmake -G "$TERMUX_CMAKE_BUILD" "$TERMUX_PKG_SRCDIR" \
 		-DCMAKE_AR="$(command -v "$AR")" -DCMAKE_UNAME="$(command -v uname)" \
 		-DCMAKE_RANLIB="$(command -v "$RANLIB")" -DCMAKE_STRIP="$(command -v "$STRIP")" \
-		-DCMAKE_C_COMPILER="$(command -v "$CC")" -DCMAKE_CXX_COMPILER="$(command -v "$CXX")" \
 		-DCMAKE_BUILD_TYPE=Release \
 		-DCMAKE_C_FLAGS="$CFLAGS $CPPFLAGS" -DCMAKE_CXX_FLAGS="$CXXFLAGS $CPPFLAGS" \
 		-DCMAKE_FIND_ROOT_PATH="$TERMUX_PREFIX" -DCMAKE_FIND_ROOT_PATH_MODE_PROGRAM=NEVER \
@@ -150,7 +149,7 @@ termux_step_configure_cmake() {
 		-DCMAKE_INSTALL_PREFIX="$TERMUX_PREFIX" -DCMAKE_INSTALL_LIBDIR="$TERMUX_PREFIX/lib" \
 		-DCMAKE_MAKE_PROGRAM="$(command -v ninja)" -DCMAKE_SKIP_INSTALL_RPATH=ON \
 		-DCMAKE_USE_SYSTEM_LIBRARIES=True -DDOXYGEN_EXECUTABLE= -DBUILD_TESTING=OFF \
-		-DCMAKE_CROSSCOMPILING=True "-DCMAKE_LINKER=$(command -v aarch64-linux-gnu-ld) $LDFLAGS" \
+		-DCMAKE_CROSSCOMPILING=True "-DCMAKE_LINKER=$(command -v "$LD") $LDFLAGS" \
 		-DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR="$TERMUX_ARCH" \
 		$TERMUX_PKG_EXTRA_CONFIGURE_ARGS
 }
@@ -263,7 +262,51 @@ build_package python-mnn-engine 2>&1 | tee "$OUT/python-mnn-engine.log" | grep -
 [ "${PIPESTATUS[0]}" = 0 ] || { echo "python-mnn-engine failed: see $OUT/python-mnn-engine.log"; exit 1; }
 
 step "what the packages hold"
-python3 tools/termux/inspect_packages.py "$WORK/packages" | tee "$OUT/packages.json"
+if ! python3 tools/termux/inspect_packages.py "$WORK/packages" "$TERMUX_PREFIX" >"$OUT/packages.json"; then
+	cat "$OUT/packages.json"
+	exit 1
+fi
+python3 -c '
+import json, sys
+for name, entry in json.load(open(sys.argv[1])).items():
+    if name != "problems":
+        print(f"{name}: {entry[\"files\"]} files", entry.get("kernels", ""))
+' "$OUT/packages.json"
 
 step "the packages at work: installed into the arm64 root, under qemu-aarch64 -cpu max"
-python3 tools/termux/run_packages.py "$WORK/packages" "$CHROOT" "$MODELS" | tee "$OUT/run.json"
+device=$WORK/device
+run_on_device() {  # PACKAGES...: a prefix holding just these packages, at Termux's path inside the root
+	local package
+	rm -rf "${device:?}"
+	mkdir -p "$device/bin"
+	for package in "$@"; do cp -a "$WORK/packages/$package/." "$device/"; done
+	ln -s /opt/venv-termux/bin/python "$device/bin/python"
+	mkdir -p "$CHROOT$TERMUX_PREFIX" "$CHROOT${TERMUX_PREFIX%/usr}/home"
+	if mountpoint -q "$CHROOT$TERMUX_PREFIX"; then umount "$CHROOT$TERMUX_PREFIX"; fi
+	mount --bind "$device" "$CHROOT$TERMUX_PREFIX"
+	cp tools/termux/device_probe.py "$CHROOT/tmp/device_probe.py"
+	chroot "$CHROOT" /usr/bin/env -i HOME=/root PATH=/usr/bin:/bin QEMU_CPU=max \
+		PYTHONPATH="$TERMUX_PREFIX/lib/python$TERMUX_PYTHON_VERSION/site-packages" \
+		/opt/venv-termux/bin/python /tmp/device_probe.py "$TERMUX_PREFIX" /models/tiny-scripted "$@"
+}
+arm_root_mount "$MODELS:/models"
+chroot "$CHROOT" /usr/bin/env -i HOME=/root PATH=/usr/bin:/bin PIP_DISABLE_PIP_VERSION_CHECK=1 \
+	PIP_CERT=/etc/ssl/certs/host-ca-certificates.crt /bin/sh -c \
+	'test -x /opt/venv-termux/bin/python || python3 -m venv /opt/venv-termux
+	/opt/venv-termux/bin/pip install -q numpy "tornado>=6.3" "prometheus-client>=0.17"'
+{
+	run_on_device mnn python-mnn-engine
+	run_on_device mnn mnn-backend-opencl mnn-backend-vulkan python-mnn-engine
+} | tee "$OUT/device.jsonl"
+umount "$CHROOT$TERMUX_PREFIX"
+python3 -c '
+import json, sys, time
+out, commit = sys.argv[1:]
+runs = [json.loads(line) for line in open(f"{out}/device.jsonl") if line.startswith("{")]
+result = {"date": time.strftime("%Y-%m-%d %H:%M"), "commit": commit,
+          "packages": json.load(open(f"{out}/packages.json")), "device": runs}
+json.dump(result, open(f"{out}/result.json", "w"), indent=1)
+failed = [r for r in runs if r.get("problems")]
+print(f"{len(runs)} runs on the emulated device, {len(failed)} with problems")
+sys.exit(1 if failed or len(runs) != 2 else 0)
+' "$OUT" "$(git rev-parse HEAD)"

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Check what the replayed Termux packages hold (tools/termux/replay.sh).
+
+Usage: inspect_packages.py PACKAGES_DIR PREFIX
+
+PACKAGES_DIR holds one directory per package (files relative to the prefix).
+Checks: the expected files are in the right package; every ELF file is
+AArch64 with RUNPATH PREFIX/lib and no path of the build machine; nothing in
+mnn or python-mnn-engine needs a backend library (so the backend subpackages
+stay optional); mnn-engine's extension links libMNN; its build info says
+system mode. Prints a JSON report; exit status 1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+EXPECTED = {
+    "mnn": ["lib/libMNN.so", "lib/libMNN_Express.so", "lib/libllm.so", "include/MNN/Interpreter.hpp",
+            "include/MNN/expr/Module.hpp", "include/llm/llm.hpp"],
+    "mnn-backend-opencl": ["lib/libMNN_CL.so"],
+    "mnn-backend-vulkan": ["lib/libMNN_Vulkan.so"],
+    "python-mnn-engine": ["etc/mnn-engine/serve.env", "libexec/mnn-engine/serve"],
+}
+BACKEND_LIBRARIES = {"libMNN_CL.so", "libMNN_Vulkan.so"}
+KERNEL_PATTERNS = ("ARMV82", "ARMV86", "kai_", "_sme2", "SME2")
+
+
+def readelf(path: Path) -> dict[str, object]:
+    out = subprocess.run(["aarch64-linux-gnu-readelf", "-h", "-d", str(path)], capture_output=True, text=True).stdout
+    machine = re.search(r"Machine:\s+(.+)", out)
+    return {"machine": machine.group(1).strip() if machine else "?",
+            "needed": re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", out),
+            "runpath": re.findall(r"\((?:RUNPATH|RPATH)\)\s+Library (?:runpath|rpath): \[(.+?)\]", out)}
+
+
+def is_elf(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(4) == b"\x7fELF"
+
+
+def kernel_symbols(path: Path) -> dict[str, int]:
+    names = subprocess.run(["aarch64-linux-gnu-nm", "-D", "--defined-only", str(path)], capture_output=True,
+                           text=True).stdout
+    names += subprocess.run(["aarch64-linux-gnu-nm", "--defined-only", str(path)], capture_output=True,
+                            text=True).stdout
+    symbols = {line.split()[-1] for line in names.splitlines() if line.strip()}
+    return {pattern: sum(pattern in s for s in symbols) for pattern in KERNEL_PATTERNS}
+
+
+def main(packages: Path, prefix: str) -> int:
+    problems: list[str] = []
+    report: dict[str, object] = {}
+    for package in sorted(p for p in packages.iterdir() if p.is_dir()):
+        files = sorted(str(p.relative_to(package)) for p in package.rglob("*") if p.is_file() or p.is_symlink())
+        elves = {}
+        for name in files:
+            path = package / name
+            if path.is_file() and not path.is_symlink() and is_elf(path):
+                info = readelf(path)
+                elves[name] = info
+                if info["machine"] != "AArch64":
+                    problems.append(f"{package.name}/{name}: machine {info['machine']}")
+                if info["runpath"] != [f"{prefix}/lib"]:
+                    problems.append(f"{package.name}/{name}: RUNPATH {info['runpath']}, not {prefix}/lib")
+                if package.name in ("mnn", "python-mnn-engine") and BACKEND_LIBRARIES & set(info["needed"]):
+                    problems.append(f"{package.name}/{name} needs {BACKEND_LIBRARIES & set(info['needed'])}")
+            if path.is_file() and not path.is_symlink() and b"/root/" in path.read_bytes():
+                problems.append(f"{package.name}/{name} holds a path of the build machine")
+        for expected in EXPECTED.get(package.name, []):
+            if expected not in files:
+                problems.append(f"{package.name} has no {expected}")
+        entry: dict[str, object] = {"files": len(files), "elf": elves}
+        if package.name == "mnn" and (package / "lib/libMNN.so").is_file():
+            entry["kernels"] = kernel_symbols(package / "lib/libMNN.so")
+        if package.name == "python-mnn-engine":
+            extension = [n for n in elves if re.search(r"mnn_engine/_mnn\..*\.so$", n)]
+            infos = [p for p in package.rglob("_build_info.json")]
+            if not extension or "libMNN.so" not in elves[extension[0]]["needed"]:
+                problems.append("python-mnn-engine: the extension does not link libMNN.so")
+            if not infos:
+                problems.append("python-mnn-engine: no _build_info.json")
+            else:
+                entry["build_info"] = json.loads(infos[0].read_text())
+                if entry["build_info"]["mode"] != "system":
+                    problems.append("python-mnn-engine: not built in system mode")
+        report[package.name] = entry
+    for name in EXPECTED:
+        if name not in report:
+            problems.append(f"no package {name}")
+    report["problems"] = problems
+    print(json.dumps(report, indent=1))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1]), sys.argv[2]))
