@@ -94,7 +94,7 @@ termux_download() {  # URL DEST SHA256: from the local stores, checked like term
 	[ "$(sha256sum "$dest" | cut -d' ' -f1)" = "$sum" ] || termux_error_exit "checksum mismatch for $url"
 }
 termux_setup_meson() {
-	TERMUX_MESON=meson
+	TERMUX_MESON=${MESON:-meson}
 	TERMUX_MESON_CROSSFILE=$TERMUX_PKG_TMPDIR/meson-crossfile-$TERMUX_ARCH.txt
 	local word list
 	{
@@ -130,8 +130,9 @@ termux_setup_python_pip() {  # crossenv over the arm64 root's python, as Termux'
 		(cd / && python -m crossenv "$CHROOT/usr/bin/python$TERMUX_PYTHON_VERSION" "$env" >/dev/null)
 	fi
 	# shellcheck disable=SC1091
-	. "$env/bin/activate"
-	export PATH=$env/build/bin:$PATH
+	. "$env/bin/activate"  # python is now the cross-python
+	export PATH=$PATH:$env/build/bin MESON=$env/build/bin/meson  # the build tools, after it
+	TERMUX_MESON=$MESON
 	local deps
 	deps=$(echo "$TERMUX_PKG_PYTHON_COMMON_BUILD_DEPS" | tr -d ',')
 	# shellcheck disable=SC2086
@@ -209,7 +210,8 @@ build_package() {
 			termux_step_post_configure termux_step_make termux_step_make_install termux_step_post_make_install; do
 			if declare -F "$fn" >/dev/null; then
 				step "$name: $fn"
-				(cd "$TERMUX_PKG_BUILDDIR" && "$fn")
+				cd "$TERMUX_PKG_BUILDDIR"  # in this shell, as build-package.sh: a step's variables reach the next
+				"$fn"
 			fi
 		done
 		# termux_step_massage: what the steps added to the prefix is the package
@@ -219,7 +221,9 @@ build_package() {
 		(cd "$TERMUX_PREFIX" && tar -c -T "$TERMUX_PKG_TMPDIR/files") | tar -x -C "$TERMUX_PKG_MASSAGEDIR"
 		if declare -F termux_step_post_massage >/dev/null; then
 			step "$name: termux_step_post_massage"
-			(cd "$TERMUX_PKG_MASSAGEDIR" && termux_step_post_massage)
+			cd "$TERMUX_PKG_MASSAGEDIR"
+			termux_step_post_massage
+			cd "$ROOT"
 		fi
 		split_subpackages "$name" "$TERMUX_PKG_BUILDER_DIR" "$TERMUX_PKG_MASSAGEDIR"
 	)
