@@ -49,11 +49,17 @@ def test_recipe_passes_the_lint_rules():
     (lambda s: s + "\n", "duplicate newlines"),
 ])
 def test_each_rule_catches_its_mistake(tmp_path, edit, problem):
-    broken = tmp_path / "python-mnn-engine"
-    shutil.copytree(RECIPE, broken)
-    script = broken / "build.sh"
+    problems = _lint_edited(tmp_path, RECIPE, "build.sh", edit)
+    assert any(problem in p for p in problems), problems
+
+
+def _lint_edited(tmp_path, recipe, name, edit) -> list[str]:
+    """The linter's problems with a copy of ``recipe`` whose file ``name`` was edited."""
+    broken = tmp_path / recipe.name
+    shutil.copytree(recipe, broken)
+    script = broken / name
     script.write_text(edit(script.read_text()))
-    assert any(problem in p for p in lint(broken)), lint(broken)
+    return lint(broken)
 
 
 def test_executable_build_sh_and_bad_names_fail(tmp_path):
@@ -73,11 +79,8 @@ def test_executable_build_sh_and_bad_names_fail(tmp_path):
     (lambda s: s.replace("lib/libMNN_CL.so", "lib/libMNN_CL.so "), "trailing whitespace"),
 ])
 def test_subpackage_rules_catch_their_mistakes(tmp_path, edit, problem):
-    broken = tmp_path / "mnn"
-    shutil.copytree(MNN_RECIPE, broken)
-    script = broken / "mnn-backend-opencl.subpackage.sh"
-    script.write_text(edit(script.read_text()))
-    assert any(problem in p for p in lint(broken)), lint(broken)
+    problems = _lint_edited(tmp_path, MNN_RECIPE, "mnn-backend-opencl.subpackage.sh", edit)
+    assert any(problem in p for p in problems), problems
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="needs shellcheck (.ci/run installs it)")
