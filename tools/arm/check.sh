@@ -120,9 +120,11 @@ in_root "$VENV/bin/python" -c 'import mnn_engine, json; print(json.dumps(mnn_eng
   | tee "$OUT/build_info.json"
 
 step "the ARM kernels: what MNN detects under -cpu max, what the engine library carries"
+# MNN prints what it detected when its CPU runtime starts; mnn-engine logs MNN's output
 in_root /bin/sh -c "cd / && QEMU_CPU=max $VENV/bin/python -c \"
+import logging; logging.basicConfig(level=logging.INFO)
 from mnn_engine import Llm
-Llm('/models/tiny', thread_num=1).close()\" 2>&1 | grep -i 'device supports'" | tee "$OUT/cpu_features.txt"
+Llm('/models/tiny', thread_num=1).load().close()\" 2>&1 | grep -i 'device supports' || true" | tee "$OUT/cpu_features.txt"
 symbols=$( (nm "$engine" 2>/dev/null || true; nm -D "$engine") | sort -u)
 {
   for pattern in ARMV82 ARMV86 'kai_' _sme2; do
