@@ -8,7 +8,9 @@ Checks: the expected files are in the right package; every ELF file is
 AArch64 with RUNPATH PREFIX/lib and no path of the build machine; nothing in
 mnn or python-mnn-engine needs a backend library (so the backend subpackages
 stay optional); mnn-engine's extension links libMNN; its build info says
-system mode. Prints a JSON report; exit status 1 when a check fails.
+system mode; every library an ELF file needs is in one of the packages or is
+the C/C++ runtime; no file holds a path of the build machine. Prints a JSON
+report; exit status 1 when a check fails.
 """
 
 from __future__ import annotations
@@ -20,13 +22,18 @@ import sys
 from pathlib import Path
 
 EXPECTED = {
-    "mnn": ["lib/libMNN.so", "lib/libMNN_Express.so", "lib/libllm.so", "include/MNN/Interpreter.hpp",
+    "mnn": ["lib/libMNN.so", "lib/libMNN_Express.so", "lib/libllm.so", "lib/libMNNOpenCV.so", "lib/libMNNAudio.so",
+            "include/MNN/Interpreter.hpp",
             "include/MNN/expr/Module.hpp", "include/llm/llm.hpp"],
     "mnn-backend-opencl": ["lib/libMNN_CL.so"],
     "mnn-backend-vulkan": ["lib/libMNN_Vulkan.so"],
     "python-mnn-engine": ["etc/mnn-engine/serve.env", "libexec/mnn-engine/serve"],
 }
 BACKEND_LIBRARIES = {"libMNN_CL.so", "libMNN_Vulkan.so"}
+# what the system provides (glibc here; bionic, libc++ and liblog on Android)
+SYSTEM_LIBRARIES = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "libstdc++.so.6", "libgcc_s.so.1",
+                    "ld-linux-aarch64.so.1", "libc.so", "libm.so", "libdl.so", "libc++_shared.so", "liblog.so",
+                    "libandroid.so"}
 KERNEL_PATTERNS = ("ARMV82", "ARMV86", "kai_", "_sme2", "SME2")
 
 
@@ -55,6 +62,7 @@ def kernel_symbols(path: Path) -> dict[str, int]:
 def main(packages: Path, prefix: str) -> int:
     problems: list[str] = []
     report: dict[str, object] = {}
+    provided = {p.name for p in packages.glob("*/lib/*.so")}
     for package in sorted(p for p in packages.iterdir() if p.is_dir()):
         files = sorted(str(p.relative_to(package)) for p in package.rglob("*") if p.is_file() or p.is_symlink())
         elves = {}
@@ -69,6 +77,9 @@ def main(packages: Path, prefix: str) -> int:
                     problems.append(f"{package.name}/{name}: RUNPATH {info['runpath']}, not {prefix}/lib")
                 if package.name in ("mnn", "python-mnn-engine") and BACKEND_LIBRARIES & set(info["needed"]):
                     problems.append(f"{package.name}/{name} needs {BACKEND_LIBRARIES & set(info['needed'])}")
+                missing = set(info["needed"]) - provided - SYSTEM_LIBRARIES
+                if missing:
+                    problems.append(f"{package.name}/{name} needs {sorted(missing)}, which no package holds")
             if path.is_file() and not path.is_symlink() and b"/root/" in path.read_bytes():
                 problems.append(f"{package.name}/{name} holds a path of the build machine")
         for expected in EXPECTED.get(package.name, []):
@@ -80,8 +91,8 @@ def main(packages: Path, prefix: str) -> int:
         if package.name == "python-mnn-engine":
             extension = [n for n in elves if re.search(r"mnn_engine/_mnn\..*\.so$", n)]
             infos = [p for p in package.rglob("_build_info.json")]
-            if not extension or "libMNN.so" not in elves[extension[0]]["needed"]:
-                problems.append("python-mnn-engine: the extension does not link libMNN.so")
+            if not extension or not {"libMNN.so", "libllm.so"} & set(elves[extension[0]]["needed"]):
+                problems.append("python-mnn-engine: the extension links neither libllm.so nor libMNN.so")
             if not infos:
                 problems.append("python-mnn-engine: no _build_info.json")
             else:

@@ -61,10 +61,7 @@ export TERMUX_STANDALONE_TOOLCHAIN=/usr
 export CC=aarch64-linux-gnu-gcc CXX=aarch64-linux-gnu-g++ LD=aarch64-linux-gnu-ld AR=aarch64-linux-gnu-ar
 export RANLIB=aarch64-linux-gnu-ranlib STRIP=aarch64-linux-gnu-strip PKG_CONFIG=pkg-config
 export CFLAGS="-fstack-protector-strong -Oz" CXXFLAGS="-fstack-protector-strong -Oz"
-# Debian's python3.11 headers are multiarch: pyconfig.h includes
-# <aarch64-linux-gnu/python3.11/pyconfig.h> from the target's /usr/include
-# (Termux's python has a plain one); -idirafter only fills that gap.
-export CPPFLAGS="-isystem$TERMUX_PREFIX/include -idirafter $CHROOT/usr/include"
+export CPPFLAGS="-isystem$TERMUX_PREFIX/include"
 export LDFLAGS="-L$TERMUX_PREFIX/lib -Wl,-rpath=$TERMUX_PREFIX/lib -Wl,--enable-new-dtags -Wl,--as-needed -Wl,-z,relro,-z,now"
 export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
 export CCACHE_DIR=$HOME/.cache/mnn-engine/ccache-aarch64 CCACHE_BASEDIR=$WORK CCACHE_NOHASHDIR=1
@@ -74,7 +71,12 @@ export CCACHE_DIR=$HOME/.cache/mnn-engine/ccache-aarch64 CCACHE_BASEDIR=$WORK CC
 rm -rf "$WORK/prefix" "$WORK/packages"
 mkdir -p "$WORK/prefix" "$WORK/packages" "$TERMUX_COMMON_CACHEDIR" "$TERMUX_PREFIX"
 mount --bind "$WORK/prefix" "$TERMUX_PREFIX"
-mkdir -p "$TERMUX_PREFIX/lib" "$TERMUX_PREFIX/include" "$TERMUX_PREFIX/tmp"
+mkdir -p "$TERMUX_PREFIX/lib" "$TERMUX_PREFIX/include/aarch64-linux-gnu" "$TERMUX_PREFIX/tmp"
+# Debian's python3.11 headers are multiarch: pyconfig.h includes
+# <aarch64-linux-gnu/python3.11/pyconfig.h> (Termux's python has a plain
+# one), found through -isystem $PREFIX/include; not part of any package.
+ln -s "$CHROOT/usr/include/aarch64-linux-gnu/python$TERMUX_PYTHON_VERSION" \
+	"$TERMUX_PREFIX/include/aarch64-linux-gnu/python$TERMUX_PYTHON_VERSION"
 
 # --- termux-packages' helpers, as far as the recipes use them ---
 termux_error_exit() { echo "ERROR: $*" >&2; exit 1; }
@@ -219,6 +221,11 @@ build_package() {
 		comm -13 "$TERMUX_PKG_TMPDIR/before" "$TERMUX_PKG_TMPDIR/after" > "$TERMUX_PKG_TMPDIR/files"
 		mkdir -p "$TERMUX_PKG_MASSAGEDIR"
 		(cd "$TERMUX_PREFIX" && tar -c -T "$TERMUX_PKG_TMPDIR/files") | tar -x -C "$TERMUX_PKG_MASSAGEDIR"
+		# Termux's crossenv is patched to write $PREFIX/bin/python into scripts' shebangs
+		if [ -d "$TERMUX_PKG_MASSAGEDIR/bin" ]; then
+			grep -rlF "$WORK/crossenv/cross/bin/python" "$TERMUX_PKG_MASSAGEDIR/bin" | xargs -r sed -i \
+				"s|$WORK/crossenv/cross/bin/python[0-9.]*|$TERMUX_PREFIX/bin/python|g"
+		fi
 		if declare -F termux_step_post_massage >/dev/null; then
 			step "$name: termux_step_post_massage"
 			cd "$TERMUX_PKG_MASSAGEDIR"

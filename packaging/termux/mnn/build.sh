@@ -19,6 +19,7 @@ _KLEIDIAI_SHA256=57b0a95c559ec6a4b1460bc742af600bfb6cdff8dc39154b376c25347d7b089
 # drivers themselves at run time (its wrappers dlopen libOpenCL/libvulkan).
 TERMUX_PKG_EXTRA_CONFIGURE_ARGS="
 -DMNN_SEP_BUILD=ON
+-DCMAKE_SKIP_BUILD_RPATH=ON
 -DMNN_BUILD_SHARED_LIBS=ON
 -DMNN_BUILD_LLM=ON
 -DMNN_BUILD_LLM_OMNI=ON
@@ -61,12 +62,14 @@ termux_step_pre_configure() {
 	fi
 }
 
-# MNN's CMake install leaves out libllm, the backend libraries and the LLM
-# headers, and on Android (CMAKE_SYSTEM_NAME=Android) installs nothing at all,
-# so the files are installed here, from where the build put them.
+# MNN's CMake install leaves out libllm (and the image and audio libraries it
+# needs), the backend libraries and the LLM headers, and on Android
+# (CMAKE_SYSTEM_NAME=Android) installs nothing at all, so the files are
+# installed here, from where the build put them (without build-tree RPATHs:
+# CMAKE_SKIP_BUILD_RPATH above).
 termux_step_make_install() {
 	local lib
-	for lib in libMNN.so express/libMNN_Express.so libllm.so \
+	for lib in libMNN.so express/libMNN_Express.so libllm.so tools/cv/libMNNOpenCV.so tools/audio/libMNNAudio.so \
 		source/backend/opencl/libMNN_CL.so source/backend/vulkan/libMNN_Vulkan.so; do
 		[ -f "$TERMUX_PKG_BUILDDIR/$lib" ] || termux_error_exit "the build made no $lib"
 		install -Dm600 "$TERMUX_PKG_BUILDDIR/$lib" "$TERMUX_PREFIX/lib/$(basename "$lib")"

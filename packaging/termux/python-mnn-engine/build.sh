@@ -42,6 +42,8 @@ termux_step_make_install() {
 	wheel=$(find "$TERMUX_PKG_SRCDIR/dist" -name "mnn_engine-$TERMUX_PKG_VERSION-*.whl" | head -n 1)
 	[ -n "$wheel" ] || termux_error_exit "the build made no mnn_engine wheel"
 	pip install --force-reinstall --no-deps --prefix="$TERMUX_PREFIX" "$wheel"
+	# pip records the builder's path of the wheel file; the package is not a URL install
+	rm -f "$TERMUX_PREFIX"/lib/python3*/site-packages/mnn_engine-"$TERMUX_PKG_VERSION".dist-info/direct_url.json
 	install -Dm600 "$TERMUX_PKG_BUILDER_DIR/serve.env" "$TERMUX_PREFIX/etc/mnn-engine/serve.env"
 	install -Dm700 "$TERMUX_PKG_BUILDER_DIR/serve.sh" "$TERMUX_PREFIX/libexec/mnn-engine/serve"
 	sed -i "s|@TERMUX_PREFIX@|$TERMUX_PREFIX|g" "$TERMUX_PREFIX/libexec/mnn-engine/serve"
