@@ -281,7 +281,7 @@ python3 -c '
 import json, sys
 for name, entry in json.load(open(sys.argv[1])).items():
     if name != "problems":
-        print(f"{name}: {entry[\"files\"]} files", entry.get("kernels", ""))
+        print(name + ":", entry["files"], "files", entry.get("kernels", ""))
 ' "$OUT/packages.json"
 
 step "the packages at work: installed into the arm64 root, under qemu-aarch64 -cpu max"
