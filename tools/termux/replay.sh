@@ -291,7 +291,9 @@ run_on_device() {  # PACKAGES...: a prefix holding just these packages, at Termu
 	rm -rf "${device:?}"
 	mkdir -p "$device/bin"
 	for package in "$@"; do cp -a "$WORK/packages/$package/." "$device/"; done
+	# what Termux's base system and python package provide
 	ln -s /opt/venv-termux/bin/python "$device/bin/python"
+	ln -s /bin/sh "$device/bin/sh"
 	mkdir -p "$CHROOT$TERMUX_PREFIX" "$CHROOT${TERMUX_PREFIX%/usr}/home"
 	if mountpoint -q "$CHROOT$TERMUX_PREFIX"; then umount "$CHROOT$TERMUX_PREFIX"; fi
 	mount --bind "$device" "$CHROOT$TERMUX_PREFIX"
