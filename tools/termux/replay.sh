@@ -292,7 +292,8 @@ run_on_device() {  # PACKAGES...: a prefix holding just these packages, at Termu
 	mkdir -p "$device/bin"
 	for package in "$@"; do cp -a "$WORK/packages/$package/." "$device/"; done
 	# what Termux's base system and python package provide
-	ln -s /opt/venv-termux/bin/python "$device/bin/python"
+	printf '#!/bin/sh\nexec /opt/venv-termux/bin/python "$@"\n' >"$device/bin/python"  # with tornado etc.
+	chmod +x "$device/bin/python"
 	ln -s /bin/sh "$device/bin/sh"
 	mkdir -p "$CHROOT$TERMUX_PREFIX" "$CHROOT${TERMUX_PREFIX%/usr}/home"
 	if mountpoint -q "$CHROOT$TERMUX_PREFIX"; then umount "$CHROOT$TERMUX_PREFIX"; fi
