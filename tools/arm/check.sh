@@ -127,7 +127,7 @@ from mnn_engine import Llm
 Llm('/models/tiny', thread_num=1).load().close()\" 2>&1 | grep -i 'device supports' || true" | tee "$OUT/cpu_features.txt"
 symbols=$( (nm "$engine" 2>/dev/null || true; nm -D "$engine") | sort -u)
 {
-  for pattern in ARMV82 ARMV86 'kai_' _sme2; do
+  for pattern in ARMV82 ARMV86 'kai_' _sme2 SME2; do
     printf '%s: %s symbols\n' "$pattern" "$(grep -c -- "$pattern" <<<"$symbols" || true)"
   done
 } | tee "$OUT/kernels.txt"
@@ -138,9 +138,10 @@ in_root /bin/sh -c "cd / && QEMU_CPU=max QEMU_GDB=1234 $VENV/bin/python -c \"
 from mnn_engine import Llm
 with Llm('/models/smollm2-135m', thread_num=1) as llm:
     llm.generate('Hello', temperature=0, max_tokens=2)\"" >/dev/null 2>&1 &
-sleep 3
-timeout 900 gdb-multiarch -q -batch -ex "set sysroot $CHROOT" -x tools/arm/kernels.gdb "$CHROOT/usr/bin/python3" \
-  2>&1 | grep -E '^#[0-9]' | sed -E 's/ \(\).*//; s/ from .*//' | tee "$OUT/kernel_in_use.txt"
+for _ in $(seq 120); do ss -ltn | grep -q ':1234 ' && break; sleep 1; done  # the stub listens
+timeout 900 gdb-multiarch -q -batch -ex "set sysroot $CHROOT" -ex "set pagination off" -ex "set confirm off" \
+  -ex "target remote :1234" -ex "catch load $(basename "$engine")" -x tools/arm/kernels.gdb "$CHROOT/usr/bin/python3" \
+  2>&1 | { grep -E '^#[0-9]' || true; } | sed -E 's/ \(\).*//; s/ from .*//' | tee "$OUT/kernel_in_use.txt"
 wait || true
 
 step "greedy answers: aarch64 (emulated) against x86 (native)"
