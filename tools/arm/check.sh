@@ -134,7 +134,9 @@ symbols=$( (nm "$engine" 2>/dev/null || true; nm -D "$engine") | sort -u)
 
 step "the ARM kernels in use: the first int8 GEMM kernel a generation calls (gdb on qemu's stub)"
 command -v gdb-multiarch >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q gdb-multiarch >/dev/null
+# (the load's first-touch child process must not inherit QEMU_GDB: its qemu would want the port too)
 in_root /bin/sh -c "cd / && QEMU_CPU=max QEMU_GDB=1234 $VENV/bin/python -c \"
+import os; del os.environ['QEMU_GDB']
 from mnn_engine import Llm
 with Llm('/models/smollm2-135m', thread_num=1) as llm:
     llm.generate('Hello', temperature=0, max_tokens=2)\"" >/dev/null 2>&1 &
