@@ -34,6 +34,7 @@ shift || true
 MODELS=${MNN_ENGINE_TEST_MODELS:-$HOME/.cache/mnn-engine/test-models/v1}
 VENDOR=${MNN_ENGINE_VENDOR:-$ROOT/../shared/vendor}
 TIMEOUT=${ARM_TIMEOUT:-5400}
+GDB_PORT=${ARM_GDB_PORT:-1234} # two modes at once (each in its own mount namespace) need two ports
 if [ "$#" -gt 0 ]; then TESTS=("$@"); else TESTS=(tests/); fi
 case "$MODE" in source | wheel) ;; *) echo "usage: $0 [source|wheel] [-- PYTEST ARGS...]"; exit 2 ;; esac
 VENV=/opt/venv-$MODE
@@ -135,14 +136,14 @@ symbols=$( (nm "$engine" 2>/dev/null || true; nm -D "$engine") | sort -u)
 step "the ARM kernels in use: the first int8 GEMM kernel a generation calls (gdb on qemu's stub)"
 command -v gdb-multiarch >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q gdb-multiarch >/dev/null
 # (the load's first-touch child process must not inherit QEMU_GDB: its qemu would want the port too)
-in_root /bin/sh -c "cd / && QEMU_CPU=max QEMU_GDB=1234 $VENV/bin/python -c \"
+in_root /bin/sh -c "cd / && QEMU_CPU=max QEMU_GDB=$GDB_PORT $VENV/bin/python -c \"
 import os; del os.environ['QEMU_GDB']
 from mnn_engine import Llm
 with Llm('/models/smollm2-135m', thread_num=1) as llm:
     llm.generate('Hello', temperature=0, max_tokens=2)\"" >/dev/null 2>&1 &
-for _ in $(seq 120); do ss -ltn | grep -q ':1234 ' && break; sleep 1; done  # the stub listens
+for _ in $(seq 120); do ss -ltn | grep -q ":$GDB_PORT " && break; sleep 1; done  # the stub listens
 timeout 900 gdb-multiarch -q -batch -ex "set sysroot $CHROOT" -ex "set pagination off" -ex "set confirm off" \
-  -ex "target remote :1234" -ex "catch load $(basename "$engine")" -x tools/arm/kernels.gdb "$CHROOT/usr/bin/python3" \
+  -ex "target remote :$GDB_PORT" -ex "catch load $(basename "$engine")" -x tools/arm/kernels.gdb "$CHROOT/usr/bin/python3" \
   2>&1 | { grep -E '^#[0-9]' || true; } | sed -E 's/ \(\).*//; s/ from .*//' | tee "$OUT/kernel_in_use.txt"
 wait || true
 
