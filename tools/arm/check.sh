@@ -22,6 +22,8 @@
 #     CMake module drops the per-file compile options its kernels need.
 #   wheel: PyPI's manylinux aarch64 mnn==3.6.1, our extension compiled by the
 #     root's g++ under emulation.
+# Settings: ARM_TIMEOUT (the tests' bound, seconds), ARM_GDB_PORT, ARM_X86_PYTHON
+# (the native side of step 2: an x86 install of the same mode, default .venv).
 # Emulation is slow (an MNN forward runs 10-50x slower), so this runs on
 # demand, not in CI. Results go to build/arm/MODE/ (result.json); their
 # summary goes into docs/termux.md.
@@ -34,6 +36,8 @@ shift || true
 MODELS=${MNN_ENGINE_TEST_MODELS:-$HOME/.cache/mnn-engine/test-models/v1}
 VENDOR=${MNN_ENGINE_VENDOR:-$ROOT/../shared/vendor}
 TIMEOUT=${ARM_TIMEOUT:-5400}
+# the native (x86) side of the answers comparison: an install of the same mode
+X86_PYTHON=${ARM_X86_PYTHON:-$ROOT/.venv/bin/python}
 GDB_PORT=${ARM_GDB_PORT:-1234} # two modes at once (each in its own mount namespace) need two ports
 if [ "$#" -gt 0 ]; then TESTS=("$@"); else TESTS=(tests/); fi
 case "$MODE" in source | wheel) ;; *) echo "usage: $0 [source|wheel] [-- PYTEST ARGS...]"; exit 2 ;; esac
@@ -148,7 +152,7 @@ timeout 900 gdb-multiarch -q -batch -ex "set sysroot $CHROOT" -ex "set paginatio
 wait || true
 
 step "greedy answers: aarch64 (emulated) against x86 (native)"
-(cd / && "$ROOT/.venv/bin/python" "$ROOT/tools/arm/answers.py" "$MODELS" 2>/dev/null | tail -1) >"$OUT/answers-x86.json"
+(cd / && "$X86_PYTHON" "$ROOT/tools/arm/answers.py" "$MODELS" 2>/dev/null | tail -1) >"$OUT/answers-x86.json"
 cp "$OUT/answers-x86.json" "$CHROOT/tmp/answers-x86.json"
 in_root /bin/sh -c "cd / && QEMU_CPU=max $VENV/bin/python /work/mnn-engine-$MODE/tools/arm/answers.py /models \
   /tmp/answers-x86.json 2>/dev/null | tail -1" >"$OUT/answers-arm64.json"
