@@ -2,7 +2,7 @@
 # The arm64 Debian root that tools/arm/check.sh and tools/termux/replay.sh run
 # aarch64 code in (qemu-user through binfmt_misc). Source it, then call
 # arm_root: it sets CHROOT (created once, cached under $CACHE, keyed by its
-# package list) and arm_root_mount bind-mounts /proc, /sys and /dev into it.
+# package list) and arm_root_mount bind-mounts /proc, /sys, /dev and /dev/pts into it.
 
 ARM_SUITE=bookworm
 ARM_PACKAGES=python3,python3-venv,python3-dev,python3-pip,g++,ninja-build,pkg-config,ca-certificates
@@ -32,15 +32,16 @@ arm_root() {
 ARM_MOUNTS=()
 # shellcheck disable=SC2317  # called by EXIT traps
 arm_root_unmount() {
-	local m
-	for m in "${ARM_MOUNTS[@]}"; do umount -l "$m" 2>/dev/null || true; done
+	local i
+	for ((i = ${#ARM_MOUNTS[@]} - 1; i >= 0; i--)); do umount -l "${ARM_MOUNTS[i]}" 2>/dev/null || true; done
 }
 
-# arm_root_mount [SOURCE:TARGET ...]: /proc, /sys, /dev and extra bind mounts
+# arm_root_mount [SOURCE:TARGET ...]: /proc, /sys, /dev, /dev/pts (a bind of
+# /dev leaves out its submounts; pexpect's ptys need it) and extra bind mounts
 # (TARGET inside the root); unmounted by arm_root_unmount.
 arm_root_mount() {
 	local fs spec
-	for fs in proc sys dev; do
+	for fs in proc sys dev dev/pts; do
 		if ! mountpoint -q "$CHROOT/$fs"; then
 			mount --bind "/$fs" "$CHROOT/$fs"
 			ARM_MOUNTS+=("$CHROOT/$fs")
