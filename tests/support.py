@@ -1,10 +1,14 @@
-"""Test models for the suite: names, what they say, where they are."""
+"""Test models for the suite (names, what they say, where they are), and a
+canceller that does not race the run it cancels."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,3 +33,24 @@ def test_model_dir(name: str) -> Path:
 
 
 test_model_dir.__test__ = False  # not a test, despite the name
+
+
+@contextlib.contextmanager
+def cancelling(cancel: Callable[[], None], every: float = 0.005) -> Iterator[None]:
+    """Call ``cancel`` from another thread every ``every`` seconds while the
+    body runs. A run clears the cancel flag when it starts, so a single cancel
+    at a fixed time races the run's start (and, on a fast or a slow machine,
+    its end); repeated ones stop it wherever it is."""
+    done = threading.Event()
+
+    def keep_cancelling() -> None:
+        while not done.wait(every):
+            cancel()
+
+    thread = threading.Thread(target=keep_cancelling, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()

@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from support import SCRIPTED_TEXT, test_model_dir
+from support import SCRIPTED_TEXT, cancelling, test_model_dir
 
 from mnn_engine import Engine, LoadOptions, MnnEngineError, ModelStore, backend_capabilities, build_info
 from mnn_engine.native_output import captured_native_output
@@ -190,10 +190,8 @@ def test_generation_failure_unloads_the_model(engine):
 def test_finish_length_and_cancel_keep_the_model(engine):
     engine.load("tiny", threads=1)
     assert engine.chat(CHAT, max_tokens=2).finish_reason == "length"
-    timer = threading.Timer(0.05, engine.cancel_generation)
-    timer.start()
-    result = engine.chat(CHAT, max_tokens=100000, ignore_eos=True, temperature=0)
-    timer.join()
+    with cancelling(engine.cancel_generation):
+        result = engine.chat(CHAT, max_tokens=100000, ignore_eos=True, temperature=0)
     assert result.finish_reason == "cancelled"
     assert engine.snapshot()["model"]["state"] == "loaded"
 
