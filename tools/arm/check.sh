@@ -43,6 +43,7 @@ if [ "$#" -gt 0 ]; then TESTS=("$@"); else TESTS=(tests/); fi
 case "$MODE" in source | wheel) ;; *) echo "usage: $0 [source|wheel] [-- PYTEST ARGS...]"; exit 2 ;; esac
 VENV=/opt/venv-$MODE
 OUT=$ROOT/build/arm/$MODE
+COMMIT=$(git rev-parse HEAD) # the tree copied below (HEAD may move during a long run)
 mkdir -p "$OUT"
 # shellcheck source=tools/arm/root.sh
 . tools/arm/root.sh
@@ -169,7 +170,7 @@ if [ "$status" = 124 ]; then # timeout stopped pytest before its summary: count 
   summary="stopped by the ${TIMEOUT}s bound after $(grep -o '[.FEsx]' <(grep -vE 'passed|failed|^=' "$OUT/pytest.log") |
     sort | uniq -c | tr -s ' \n' ' ')"
 fi
-python3 - "$OUT" "$status" "$summary" "$(git rev-parse HEAD)" "$MODE" <<'EOF'
+python3 - "$OUT" "$status" "$summary" "$COMMIT" "$MODE" <<'EOF'
 import json, sys, time
 out, status, summary, commit, mode = sys.argv[1:]
 def lines(name):
