@@ -24,10 +24,9 @@ _DRIVER_LIBRARIES = {
 
 
 # An MNN built with MNN_SEP_BUILD=ON (Termux's mnn package) keeps each GPU
-# backend in a library of its own next to libMNN.so (the mnn-backend-*
+# backend in a library of its own next to libMNN.so (the mnn-backend-NAME
 # subpackages); loading it registers the backend with MNN.
 BACKEND_LIBRARIES = {"opencl": "libMNN_CL.so", "vulkan": "libMNN_Vulkan.so"}
-_BACKEND_PACKAGES = {"opencl": "mnn-backend-opencl", "vulkan": "mnn-backend-vulkan"}
 _loaded_backend_libraries: dict[str, ctypes.CDLL] = {}
 
 
@@ -150,7 +149,7 @@ def require_backend(name: str) -> None:
             state = "not usable on this device (no driver library loads)"
         else:
             state = "not compiled into this build"
-            if name in _BACKEND_PACKAGES and build_info()["mode"] == "system":
-                state += f" (Termux: pkg install {_BACKEND_PACKAGES[name]})"
+            if name in BACKEND_LIBRARIES and build_info()["mode"] == "system":
+                state += f" (Termux: pkg install mnn-backend-{name})"
         raise MnnEngineError("backend_unavailable", f"backend {name!r} is {state}", param="backend")
     load_backend_library(name)
