@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Check what the replayed Termux packages hold (tools/termux/replay.sh).
 
-Usage: inspect_packages.py PACKAGES_DIR PREFIX
+Usage: inspect_packages.py PACKAGES_DIR PREFIX BUILD_PATH...
 
 PACKAGES_DIR holds one directory per package (files relative to the prefix).
 Checks: the expected files are in the right package; every ELF file is
@@ -9,7 +9,7 @@ AArch64 with RUNPATH PREFIX/lib and no path of the build machine; nothing in
 mnn or python-mnn-engine needs a backend library (so the backend subpackages
 stay optional); mnn-engine's extension links libMNN; its build info says
 system mode; every library an ELF file needs is in one of the packages or is
-the C/C++ runtime; no file holds a path of the build machine. Prints a JSON
+the C/C++ runtime; no file holds a BUILD_PATH (the build machine's paths). Prints a JSON
 report; exit status 1 when a check fails.
 """
 
@@ -29,7 +29,7 @@ EXPECTED = {
     "mnn-backend-vulkan": ["lib/libMNN_Vulkan.so"],
     "python-mnn-engine": ["etc/mnn-engine/serve.env", "libexec/mnn-engine/serve"],
 }
-BACKEND_LIBRARIES = {"libMNN_CL.so", "libMNN_Vulkan.so"}
+BACKEND_LIBRARIES = {Path(f).name for name, files in EXPECTED.items() if name.startswith("mnn-backend-") for f in files}
 # what the system provides (glibc here; bionic, libc++ and liblog on Android)
 SYSTEM_LIBRARIES = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "libstdc++.so.6", "libgcc_s.so.1",
                     "ld-linux-aarch64.so.1", "libc.so", "libm.so", "libdl.so", "libc++_shared.so", "liblog.so",
@@ -59,7 +59,7 @@ def kernel_symbols(path: Path) -> dict[str, int]:
     return {pattern: sum(pattern in s for s in symbols) for pattern in KERNEL_PATTERNS}
 
 
-def main(packages: Path, prefix: str) -> int:
+def main(packages: Path, prefix: str, build_paths: list[str]) -> int:
     problems: list[str] = []
     report: dict[str, object] = {}
     provided = {p.name for p in packages.glob("*/lib/*.so")}
@@ -80,8 +80,10 @@ def main(packages: Path, prefix: str) -> int:
                 missing = set(info["needed"]) - provided - SYSTEM_LIBRARIES
                 if missing:
                     problems.append(f"{package.name}/{name} needs {sorted(missing)}, which no package holds")
-            if path.is_file() and not path.is_symlink() and b"/root/" in path.read_bytes():
-                problems.append(f"{package.name}/{name} holds a path of the build machine")
+            if path.is_file() and not path.is_symlink():
+                content = path.read_bytes()
+                problems += [f"{package.name}/{name} holds {b}, a path of the build machine"
+                             for b in build_paths if b.encode() in content]
         for expected in EXPECTED.get(package.name, []):
             if expected not in files:
                 problems.append(f"{package.name} has no {expected}")
@@ -109,4 +111,4 @@ def main(packages: Path, prefix: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]), sys.argv[2]))
+    sys.exit(main(Path(sys.argv[1]), sys.argv[2], sys.argv[3:]))

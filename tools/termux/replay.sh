@@ -273,7 +273,7 @@ build_package python-mnn-engine 2>&1 | tee "$OUT/python-mnn-engine.log" | grep -
 [ "${PIPESTATUS[0]}" = 0 ] || { echo "python-mnn-engine failed: see $OUT/python-mnn-engine.log"; exit 1; }
 
 step "what the packages hold"
-if ! python3 tools/termux/inspect_packages.py "$WORK/packages" "$TERMUX_PREFIX" >"$OUT/packages.json"; then
+if ! python3 tools/termux/inspect_packages.py "$WORK/packages" "$TERMUX_PREFIX" "$WORK" "$ROOT" "$HOME/" >"$OUT/packages.json"; then
 	cat "$OUT/packages.json"
 	exit 1
 fi
@@ -304,10 +304,12 @@ run_on_device() {  # PACKAGES...: a prefix holding just these packages, at Termu
 		/opt/venv-termux/bin/python /tmp/device_probe.py "$TERMUX_PREFIX" /models/tiny-scripted "$@"
 }
 arm_root_mount "$MODELS:/models"
+# the package's runtime dependencies (Termux's python-* packages on a phone), from pyproject.toml
+runtime_deps=$(python3 -c 'import shlex, tomllib; print(shlex.join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))')
 chroot "$CHROOT" /usr/bin/env -i HOME=/root PATH=/usr/bin:/bin PIP_DISABLE_PIP_VERSION_CHECK=1 \
 	PIP_CERT=/etc/ssl/certs/host-ca-certificates.crt /bin/sh -c \
-	'test -x /opt/venv-termux/bin/python || python3 -m venv /opt/venv-termux
-	/opt/venv-termux/bin/pip install -q numpy "tornado>=6.3" "prometheus-client>=0.17"'
+	"test -x /opt/venv-termux/bin/python || python3 -m venv /opt/venv-termux
+	/opt/venv-termux/bin/pip install -q $runtime_deps"
 {
 	run_on_device mnn python-mnn-engine
 	run_on_device mnn mnn-backend-opencl mnn-backend-vulkan python-mnn-engine
