@@ -33,6 +33,7 @@ fi
 . tools/arm/root.sh
 WORK=${MNN_ENGINE_REPLAY_WORK:-$HOME/.cache/mnn-engine/termux-replay}
 OUT=$ROOT/build/termux-replay
+COMMIT=$(git rev-parse HEAD) # the tree the run starts from (HEAD may move meanwhile)
 VENDOR=${MNN_ENGINE_VENDOR:-$ROOT/../shared/vendor}
 MODELS=${MNN_ENGINE_TEST_MODELS:-$HOME/.cache/mnn-engine/test-models/v1}
 mkdir -p "$WORK" "$OUT"
@@ -325,4 +326,4 @@ json.dump(result, open(f"{out}/result.json", "w"), indent=1)
 failed = [r for r in runs if r.get("problems")]
 print(f"{len(runs)} runs on the emulated device, {len(failed)} with problems")
 sys.exit(1 if failed or len(runs) != 2 else 0)
-' "$OUT" "$(git rev-parse HEAD)"
+' "$OUT" "$COMMIT"
