@@ -14,12 +14,16 @@ named function), or are given as they are (``grammar=``: Lark, or GBNF, or a
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import MnnEngineError, invalid
+from .grammar_sandbox import GrammarSandbox
 
 if TYPE_CHECKING:
     from .llm import Llm
@@ -29,9 +33,32 @@ INSTALL_HINT = "structured output needs the grammar engine: pip install 'mnn-eng
 ANY_OBJECT = {"type": "object"}
 #: the tool-call format of Qwen/Hermes-style chat templates, which our parser reads back
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>\n", "\n</tool_call>"
+#: Grammars are compiled on a thread with this stack. llguidance recurses over
+#: the grammar while compiling: on an 8 MiB stack 30,000 required names
+#: overflowed it (SIGSEGV), on a 1 MiB one (Android's thread default) 4,000
+#: did; with 32 MiB, 60,000 names end in llguidance's own clean error (its
+#: grammar holds at most 65,525 symbols). Only touched pages cost memory.
+COMPILE_STACK_BYTES = 64 * 1024 * 1024
+#: What a JSON schema may hold. OpenAI's published structured-output limits
+#: where it has them (5,000 object properties); the others measured with
+#: tools/bench/grammar_limits.py on this machine: at these sizes a compile
+#: takes at most ~5 s, beyond them llguidance takes minutes or refuses.
+SCHEMA_LIMITS = {
+    "bytes": 512 * 1024,  # the schema as JSON
+    "depth": 32,  # levels of JSON nesting
+    "properties": 5_000,  # object properties, all objects together
+    "required": 5_000,  # names in required lists, together
+    "enum": 10_000,  # enum items and const values, together
+    "alternatives": 1_000,  # members of anyOf/oneOf/allOf lists, together
+}
+#: a grammar that forces more tokens than this before any choice never ends (see compile_matcher)
+MAX_FORCED_TOKENS = 4096
+#: the largest grammar text (Lark, GBNF, regex) taken as it is
+MAX_GRAMMAR_BYTES = 512 * 1024
 
 
-def _llguidance() -> Any:
+def llguidance_module() -> Any:
+    """llguidance, or ``structured_output_unavailable`` with the install line."""
     try:
         import llguidance
     except ImportError as exc:
@@ -39,54 +66,143 @@ def _llguidance() -> Any:
     return llguidance
 
 
-class _Vocabulary:
-    """What llguidance needs to know of a model's tokenizer."""
+def make_tokenizer(ll: Any, tokens: list[bytes], stops: list[int], tokenize: Callable[[bytes | str], list[int]]) -> Any:
+    """llguidance's tokenizer for a vocabulary (token bytes by id, end tokens)."""
+    vocab = _Vocabulary(tokens, stops, tokenize)
+    return ll.LLTokenizer(ll.TokenizerWrapper(vocab), n_vocab=len(tokens), eos_token=stops or None)
 
-    def __init__(self, llm: Llm) -> None:
-        self.tokens, stops = llm.vocabulary()
-        self.eos_token_id = stops[0] if stops else len(self.tokens) - 1
+
+class _Vocabulary:
+    """What llguidance's TokenizerWrapper reads of a tokenizer."""
+
+    def __init__(self, tokens: list[bytes], stops: list[int], tokenize: Callable[[bytes | str], list[int]]) -> None:
+        self.tokens = tokens
+        self.eos_token_id = stops[0] if stops else len(tokens) - 1
         self.stop_ids = stops
         self.bos_token_id = None
         self.special_token_ids = stops
-        self._llm = llm
+        self._tokenize = tokenize
 
     def __call__(self, text: bytes | str) -> list[int]:
-        if isinstance(text, bytes):
-            text = text.decode("utf-8", errors="replace")
-        return self._llm.tokenize(text)
+        return self._tokenize(text)
 
 
 _lock = threading.Lock()
+_sandbox = GrammarSandbox()
 
 
-def tokenizer_for(llm: Llm) -> Any:
+@dataclass(frozen=True)
+class ModelGrammarTokenizer:
+    """llguidance's tokenizer of one loaded model, and the vocabulary it was built from."""
+
+    tokenizer: Any
+    tokens: list[bytes]
+    stops: list[int]
+    key: str  # a hash of the vocabulary: names it to the sandbox's child
+
+
+def tokenizer_for(llm: Llm) -> ModelGrammarTokenizer:
     """llguidance's tokenizer for a loaded model, built once per load (under a
     second for a 150k vocabulary) and kept in ``llm.load_cache``."""
-    ll = _llguidance()
+    ll = llguidance_module()
     with _lock:
-        tokenizer = llm.load_cache.get("grammar_tokenizer")
-        if tokenizer is None:
-            vocab = _Vocabulary(llm)
-            tokenizer = ll.LLTokenizer(ll.TokenizerWrapper(vocab), n_vocab=len(vocab.tokens),
-                                       eos_token=vocab.stop_ids or None)
-            llm.load_cache["grammar_tokenizer"] = tokenizer
-        return tokenizer
+        built = llm.load_cache.get("grammar_tokenizer")
+        if built is None:
+            def tokenize(text: bytes | str) -> list[int]:
+                return llm.tokenize(text.decode("utf-8", errors="replace") if isinstance(text, bytes) else text)
+
+            tokens, stops = llm.vocabulary()
+            digest = hashlib.sha256(repr(stops).encode())
+            for token in tokens:
+                digest.update(len(token).to_bytes(4, "little") + token)
+            built = ModelGrammarTokenizer(make_tokenizer(ll, tokens, stops, tokenize), tokens, stops,
+                                          digest.hexdigest())
+            llm.load_cache["grammar_tokenizer"] = built
+        return built
+
+
+def _on_big_stack(work: Callable[[], Any], stack_bytes: int) -> Any:
+    """``work()`` on a new thread with ``stack_bytes`` of stack."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # re-raised in the caller's thread
+            outcome["error"] = exc
+
+    with _stack_lock:  # threading.stack_size is process-wide: set it only around our own thread's start
+        previous = threading.stack_size(stack_bytes)
+        try:
+            thread = threading.Thread(target=run, name="mnn-engine-grammar-compile", daemon=True)
+            thread.start()
+        finally:
+            threading.stack_size(previous)
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+_stack_lock = threading.Lock()
+
+
+def grammar_error_text(error: str) -> str:
+    """llguidance's error without the parser state or backtrace it appends."""
+    for dump in ("\n<state>", "\n<backtrace>"):
+        error = error.split(dump, 1)[0]
+    return error.strip()
+
+
+def compile_matcher(tokenizer: Any, grammar: str, what: str,
+                    stack_bytes: int = COMPILE_STACK_BYTES) -> tuple[Any, bytes]:
+    """The grammar's matcher and its first token mask, computed on a big
+    stack. Errors llguidance finds only when it computes a mask (``$ref``
+    loops, say) are found here too, before any generation starts."""
+    ll = llguidance_module()
+
+    def work() -> tuple[Any, bytes]:
+        # an unsupported grammar leaves the matcher in its error state (the constructor never raises)
+        matcher = ll.LLMatcher(tokenizer, grammar)
+        first = b""
+        if not matcher.is_error():
+            first = bytes(matcher.compute_bitmask())
+        if not matcher.is_error():
+            # The tokens the grammar forces from the start: a schema whose every instance is
+            # infinite (a tool whose parameters are {"$ref": "#"}) forces tens of thousands, and
+            # llguidance fails only later, mid-answer ("Too many items (limit 50000; ff_tokens)").
+            probe = matcher.deep_copy()
+            forced = probe.compute_ff_tokens()
+            if probe.is_error():
+                raise invalid(what, f"not supported: {grammar_error_text(probe.get_error())}")
+            if len(forced) > MAX_FORCED_TOKENS:
+                raise invalid(what, f"not supported: the grammar forces more than {MAX_FORCED_TOKENS} tokens in a "
+                                    "row (a schema that refers to itself with no way to end, like {\"$ref\": \"#\"})")
+        if matcher.is_error():
+            raise invalid(what, f"not supported: {grammar_error_text(matcher.get_error())}")
+        return matcher, first
+
+    return _on_big_stack(work, stack_bytes)
 
 
 class Constraint:
     """One generation's grammar state, driven by the native loop."""
 
     def __init__(self, llm: Llm, grammar: str, what: str) -> None:
-        ll = _llguidance()
-        # compiles the grammar; an unsupported one leaves the matcher in its error state (it never raises)
-        self.matcher = ll.LLMatcher(tokenizer_for(llm), grammar)
-        if self.matcher.is_error():
-            raise invalid(what, f"not supported: {self.matcher.get_error()}")
+        model = tokenizer_for(llm)
+        # first in the sandbox's child: a grammar that crashes llguidance takes only the child down
+        refused = _sandbox.check(grammar, model.key, lambda: (model.tokens, model.stops))
+        if refused is not None:
+            raise invalid(what, refused if refused.startswith("not supported") else f"not supported: {refused}")
+        self.matcher, self._first_mask = compile_matcher(model.tokenizer, grammar, what)
         self.what = what
 
     def step(self, token: int, address: int, nbytes: int) -> None:
         """Take the token the loop chose (none before the first, ``token`` < 0)
         and write the mask of the tokens allowed next to ``address``."""
+        if token < 0 and len(self._first_mask) == nbytes:
+            ctypes.memmove(address, self._first_mask, nbytes)  # computed when the grammar was compiled
+            return
         if token >= 0 and not self.matcher.consume_token(token):
             raise MnnEngineError("generation_failed", f"{self.what}: the grammar refused token {token}: "
                                  f"{self.matcher.get_error()}")
@@ -110,16 +226,59 @@ def _control_characters(node: Any) -> bool:
     return False
 
 
+def check_schema_limits(schema: Any, what: str) -> str:
+    """Refuse a schema beyond ``SCHEMA_LIMITS`` (before llguidance sees it);
+    returns it as JSON text."""
+    counts = dict.fromkeys(("properties", "required", "enum", "alternatives"), 0)
+    stack: list[tuple[Any, int]] = [(schema, 1)]
+    while stack:  # iterative: a deep schema given through the Python API must not raise RecursionError
+        node, depth = stack.pop()
+        if depth > SCHEMA_LIMITS["depth"]:
+            raise invalid(what, f"the schema is nested more than {SCHEMA_LIMITS['depth']} levels deep")
+        if isinstance(node, Mapping):
+            if isinstance(node.get("properties"), Mapping):
+                counts["properties"] += len(node["properties"])
+            if isinstance(node.get("required"), list):
+                counts["required"] += len(node["required"])
+            if isinstance(node.get("enum"), list):
+                counts["enum"] += len(node["enum"])
+            counts["enum"] += "const" in node
+            for key in ("anyOf", "oneOf", "allOf"):
+                if isinstance(node.get(key), list):
+                    counts["alternatives"] += len(node[key])
+            stack.extend((value, depth + 1) for value in node.values())
+        elif isinstance(node, list):
+            stack.extend((value, depth + 1) for value in node)
+    for name, count in counts.items():
+        if count > SCHEMA_LIMITS[name]:
+            label = {"enum": "enum items and consts", "alternatives": "anyOf/oneOf/allOf members"}.get(name, name)
+            raise invalid(what, f"the schema has {count} {label}; at most {SCHEMA_LIMITS[name]} are supported")
+    try:
+        text = json.dumps(schema)
+    except (TypeError, ValueError) as exc:
+        raise invalid(what, f"the schema is not JSON: {exc}") from exc
+    if len(text) > SCHEMA_LIMITS["bytes"]:
+        raise invalid(what, f"the schema is {len(text)} bytes as JSON; at most {SCHEMA_LIMITS['bytes']} are supported")
+    return text
+
+
+def _check_grammar_text(text: str, what: str) -> str:
+    if len(text) > MAX_GRAMMAR_BYTES:
+        raise invalid(what, f"the grammar is {len(text)} characters; at most {MAX_GRAMMAR_BYTES} are supported")
+    return text
+
+
 def schema_grammar(schema: Mapping[str, Any], what: str = "response_format") -> str:
-    ll = _llguidance()
+    ll = llguidance_module()
     if not isinstance(schema, Mapping):
         raise invalid(what, "the JSON schema must be an object")
+    text = check_schema_limits(schema, what)
     if _control_characters(schema):
         # llguidance 1.x masks and consumes such literals inconsistently: refused rather than failing mid-answer
         raise invalid(what, "not supported: enum or const strings with control characters (U+0000-U+001F, "
                             "U+007F-U+009F)")
     try:
-        return ll.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults={"whitespace_flexible": False})
+        return ll.LLMatcher.grammar_from_json_schema(text, defaults={"whitespace_flexible": False})
     except (ValueError, TypeError) as exc:
         raise invalid(what, f"not supported: {exc}") from exc
 
@@ -152,19 +311,20 @@ def _gbnf(text: str) -> str:
 def grammar_from(grammar: Any) -> str:
     """``grammar=``: Lark text (or GBNF, recognised by its ``::=``), or a
     mapping with one of ``json_schema``, ``lark``, ``gbnf``, ``regex``."""
-    ll = _llguidance()
+    ll = llguidance_module()
     if isinstance(grammar, str):
+        grammar = _check_grammar_text(grammar, "grammar")
         return ll.LLMatcher.grammar_from_lark(_gbnf(grammar) if "::=" in grammar else grammar)
     if isinstance(grammar, Mapping) and len(grammar) == 1:
         (kind, value), = grammar.items()
         if kind == "json_schema":
             return schema_grammar(value, "grammar")
         if kind == "lark" and isinstance(value, str):
-            return ll.LLMatcher.grammar_from_lark(value)
+            return ll.LLMatcher.grammar_from_lark(_check_grammar_text(value, "grammar"))
         if kind == "gbnf" and isinstance(value, str):
-            return ll.LLMatcher.grammar_from_lark(_gbnf(value))
+            return ll.LLMatcher.grammar_from_lark(_gbnf(_check_grammar_text(value, "grammar")))
         if kind == "regex" and isinstance(value, str):
-            return ll.LLMatcher.grammar_from_regex(value)
+            return ll.LLMatcher.grammar_from_regex(_check_grammar_text(value, "grammar"))
     raise invalid("grammar", "must be Lark or GBNF text, or {json_schema|lark|gbnf|regex: ...}")
 
 
@@ -186,9 +346,11 @@ def tool_call_schema(tools: Sequence[Mapping[str, Any]], name: str | None) -> di
 
 def tool_call_grammar(tools: Sequence[Mapping[str, Any]], name: str | None) -> str:
     """Exactly one tool call in the chat template's format."""
-    ll = _llguidance()
+    ll = llguidance_module()
+    call = tool_call_schema(tools, name)
+    check_schema_limits(call, "tools")
     # no free whitespace: a model with nothing to say would fill max_tokens with it
-    schema = json.dumps({**tool_call_schema(tools, name), "x-guidance": {"whitespace_flexible": False}})
+    schema = json.dumps({**call, "x-guidance": {"whitespace_flexible": False}})
     lark = (f"start: {json.dumps(TOOL_CALL_OPEN)} call {json.dumps(TOOL_CALL_CLOSE)}\n"
             f"call: %json {schema}\n")
     try:
@@ -209,7 +371,7 @@ def grammar_for(response_format: Any, grammar: Any, tools: Any, tool_choice: Any
     if name is not False:
         if not tools:
             raise invalid("tool_choice", "needs tools")
-        chosen.append((tool_call_grammar(tools, name), "tool_choice"))
+        chosen.append((tool_call_grammar(tools, name), "tools"))
     if len(chosen) > 1:
         raise invalid(chosen[1][1], f"cannot be combined with {chosen[0][1]}")
     return chosen[0] if chosen else None

@@ -137,6 +137,8 @@ class OllamaHandler(JsonHandler):
     """Ollama's errors: ``{"error": message}`` (and this server's fields beside it)."""
 
     def error_payload(self, exc: MnnEngineError) -> dict[str, Any]:
+        if exc.param == "response_format":  # the engine's name for what Ollama calls format
+            exc = MnnEngineError(exc.code, "format" + exc.message.removeprefix("response_format"), param="format")
         return {**error_body(exc.code, exc.message, exc.param), "error": exc.message, "code": exc.code}
 
 

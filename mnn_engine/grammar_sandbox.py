@@ -1,0 +1,165 @@
+"""A child process that compiles each new grammar once before the engine does.
+
+llguidance is native code: a grammar can crash it (a 30,000-name ``required``
+list overflowed the stack of the thread compiling it and killed the server
+with SIGSEGV; on Android, whose threads get 1 MiB stacks, 4,000 names did).
+Every grammar that has not been seen before is therefore first compiled,
+and its first token mask computed, in this child process, on a thread with
+the same stack size the engine uses for its own compile
+(``structured.COMPILE_STACK_BYTES``). A grammar that kills the child is
+refused, and so is one that takes longer than ``CHECK_TIMEOUT_S``; the
+answer is remembered by the grammar's hash, so a schema an application sends
+with every request costs one check per process. The child is started on
+first use and kept; one that died is replaced for the next check.
+
+The child holds the model's vocabulary (the bytes of every token), sent once
+per vocabulary; it tokenizes byte by byte (every byte-level BPE vocabulary
+has a token per byte), which is all a compile and a first mask need.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+from collections import OrderedDict
+from typing import IO, Any
+
+#: a compile that takes longer is refused (the largest schema the limits allow takes ~5 s here)
+CHECK_TIMEOUT_S = 60.0
+#: verdicts remembered, by grammar hash (least recently used forgotten first)
+REMEMBERED = 1024
+
+
+def _send(stream: IO[bytes], message: Any) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream: IO[bytes]) -> Any:
+    head = stream.read(8)
+    if len(head) < 8:
+        raise EOFError
+    (size,) = struct.unpack("<Q", head)
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError
+    return pickle.loads(data)  # our own child, over its own pipes
+
+
+class GrammarSandbox:
+    """The parent side: ``check(grammar, vocab_key, vocabulary)`` returns None
+    (the grammar compiles) or the reason it is refused."""
+
+    def __init__(self, stack_bytes: int | None = None) -> None:
+        #: the child's compile thread stack (None: the engine's own, ``structured.COMPILE_STACK_BYTES``)
+        self.stack_bytes = stack_bytes
+        self._lock = threading.Lock()
+        self._child: subprocess.Popen[bytes] | None = None
+        self._vocabularies: set[str] = set()
+        self._verdicts: OrderedDict[str, str | None] = OrderedDict()
+
+    def check(self, grammar: str, vocab_key: str, vocabulary: Any) -> str | None:
+        """``vocabulary()`` gives ``(tokens, stop_ids)``, called only when the
+        child does not hold that vocabulary yet."""
+        key = hashlib.sha256(vocab_key.encode() + b"\0" + grammar.encode()).hexdigest()
+        with self._lock:
+            if key in self._verdicts:
+                self._verdicts.move_to_end(key)
+                return self._verdicts[key]
+            verdict = self._ask(grammar, vocab_key, vocabulary)
+            self._verdicts[key] = verdict
+            while len(self._verdicts) > REMEMBERED:
+                self._verdicts.popitem(last=False)
+            return verdict
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self._child is None or self._child.poll() is not None:
+            stack = [] if self.stack_bytes is None else [str(self.stack_bytes)]
+            self._child = subprocess.Popen([sys.executable, "-m", "mnn_engine.grammar_sandbox", *stack],
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            self._vocabularies = set()
+        return self._child
+
+    def _ask(self, grammar: str, vocab_key: str, vocabulary: Any) -> str | None:
+        child = self._start()
+        assert child.stdin is not None and child.stdout is not None
+        outcome: dict[str, Any] = {}
+
+        def talk() -> None:
+            try:
+                if vocab_key not in self._vocabularies:
+                    tokens, stops = vocabulary()
+                    _send(child.stdin, ("vocabulary", vocab_key, tokens, stops))
+                    self._vocabularies.add(vocab_key)
+                _send(child.stdin, ("check", vocab_key, grammar))
+                outcome["answer"] = _receive(child.stdout)
+            except (EOFError, OSError, pickle.PickleError) as exc:
+                outcome["died"] = exc
+
+        talker = threading.Thread(target=talk, name="mnn-engine-grammar-check", daemon=True)
+        talker.start()
+        talker.join(CHECK_TIMEOUT_S)
+        if talker.is_alive() or "died" in outcome:
+            timed_out = talker.is_alive()
+            self.close()
+            talker.join(5)
+            if timed_out:
+                return f"the grammar compiler did not finish within {CHECK_TIMEOUT_S:g} s"
+            return "the grammar crashes the grammar compiler (llguidance)"
+        return outcome["answer"]
+
+    def close(self) -> None:
+        """End the child (the next check starts another)."""
+        child, self._child = self._child, None
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+# ---------------------------------------------------------------- the child
+def _byte_tokenizer(tokens: list[bytes]) -> Any:
+    ids = {token: i for i, token in enumerate(tokens) if len(token) == 1}
+    fallback = len(tokens) - 1
+
+    def tokenize(text: bytes | str) -> list[int]:
+        data = text.encode() if isinstance(text, str) else text
+        return [ids.get(data[i:i + 1], fallback) for i in range(len(data))]
+
+    return tokenize
+
+
+def _serve() -> None:  # pragma: no cover - runs in the child (tests drive it through GrammarSandbox)
+    from . import structured
+    from .errors import MnnEngineError
+
+    ll = structured.llguidance_module()
+    stack_bytes = int(sys.argv[1]) if len(sys.argv) > 1 else structured.COMPILE_STACK_BYTES
+    tokenizers: dict[str, Any] = {}
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        try:
+            message = _receive(stdin)
+        except EOFError:
+            return
+        if message[0] == "vocabulary":
+            _, key, tokens, stops = message
+            tokenizers[key] = structured.make_tokenizer(ll, tokens, stops, _byte_tokenizer(tokens))
+            continue
+        _, key, grammar = message
+        try:
+            structured.compile_matcher(tokenizers[key], grammar, "grammar", stack_bytes)
+            answer = None
+        except MnnEngineError as exc:  # the compile's own refusal: "grammar: not supported: ..."
+            answer = exc.message.removeprefix("grammar: ")
+        except Exception as exc:  # the verdict, whatever went wrong
+            answer = f"not supported: {exc}"
+        _send(stdout, answer)
+
+
+if __name__ == "__main__":
+    _serve()

@@ -1,0 +1,141 @@
+"""Hardening, round two: what a hostile client tried on the routes added
+since the first round (tests/test_hostile.py), and the server's own limits.
+Each test failed before its fix."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from test_server import _server_fixture, sse_events
+
+from mnn_engine import structured
+from mnn_engine.grammar_sandbox import GrammarSandbox
+
+server = _server_fixture("tiny")
+
+CHAT = [{"role": "user", "content": "hi"}]
+#: 30,000 required names: SIGSEGV inside llguidance's matcher constructor on an 8 MiB stack
+HUGE_REQUIRED = {"type": "object", "properties": {}, "required": [f"r{i}" for i in range(30_000)]}
+#: schemas llguidance accepts at construction and fails on only at the first mask or later
+LAZY = {
+    "self_ref": {"$ref": "#"},
+    "defs_loop": {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+    "all_of_self": {"allOf": [{"$ref": "#"}]},
+    "any_of_5000": {"anyOf": [{"type": "object", "properties": {f"k{i}": {"type": "integer"}}, "required": [f"k{i}"]}
+                              for i in range(5000)]},
+}
+
+
+def _schema_format(schema):
+    return {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
+
+
+def _alive(server):
+    status, _, body = server.request("GET", "/health")
+    assert status == 200 and json.loads(body)["status"] == "ok"
+
+
+# ---------------------------------------------------------------- 1: a schema that crashed the server
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_schema_that_crashed_llguidance_is_refused_and_the_server_lives(server, stream):
+    status, _, body = server.post_json({"messages": CHAT, "stream": stream,
+                                        "response_format": _schema_format(HUGE_REQUIRED)})
+    assert status == 400 and body["error"]["param"] == "response_format", body
+    assert "30000 required" in body["error"]["message"]
+    _alive(server)
+
+
+def test_the_engine_compiles_on_a_stack_that_survives_what_crashed_it():
+    """The 30,000-name grammar (past the limits, straight to llguidance) on
+    the engine's compile thread: llguidance's own error, not SIGSEGV. In a
+    child, so a crash fails this test and not the suite."""
+    code = """
+import json, llguidance as ll
+from mnn_engine import structured
+from mnn_engine.grammar_sandbox import _byte_tokenizer
+tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
+tok = structured.make_tokenizer(ll, tokens, [256], _byte_tokenizer(tokens))
+schema = {"type": "object", "properties": {}, "required": [f"r{i}" for i in range(30_000)]}
+grammar = ll.LLMatcher.grammar_from_json_schema(json.dumps(schema))
+try:
+    structured.compile_matcher(tok, grammar, "response_format")
+except Exception as exc:
+    print("refused:", exc.message)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    assert "refused: response_format: not supported: panic: assertion failed" in out.stdout
+    assert "backtrace" not in out.stdout
+
+
+def test_a_grammar_that_kills_the_compiler_kills_only_the_sandbox_child():
+    """On a 1 MiB stack (Android's thread default) 5,000 required names
+    overflow it: the child dies, the verdict is a refusal, the next check
+    gets a new child."""
+    import llguidance as ll
+
+    sandbox = GrammarSandbox(stack_bytes=1024 * 1024)
+    tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
+    try:
+        fatal = ll.LLMatcher.grammar_from_json_schema(json.dumps(
+            {"type": "object", "properties": {}, "required": [f"r{i}" for i in range(8000)]}))
+        verdict = sandbox.check(fatal, "bytes", lambda: (tokens, [256]))
+        assert verdict is not None and "crashes the grammar compiler" in verdict
+        assert sandbox.check(fatal, "bytes", lambda: (tokens, [256])) == verdict  # remembered, not re-run
+        fine = ll.LLMatcher.grammar_from_json_schema(json.dumps({"type": "object"}))
+        assert sandbox.check(fine, "bytes", lambda: (tokens, [256])) is None
+    finally:
+        sandbox.close()
+
+
+@pytest.mark.parametrize("limit, schema", [
+    ("properties", {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(5001)}}),
+    ("required", {"type": "object", "required": [f"p{i}" for i in range(5001)]}),
+    ("enum", {"enum": list(range(10_001))}),
+    ("alternatives", {"anyOf": [{"const": i} for i in range(1001)]}),
+    ("depth", {"items": json.loads("[" * 40 + "]" * 40)}),
+    ("bytes", {"description": "x" * (512 * 1024)}),
+])
+def test_schema_limits_are_checked_before_llguidance(limit, schema):
+    with pytest.raises(structured.MnnEngineError) as err:
+        structured.check_schema_limits(schema, "response_format")
+    assert err.value.param == "response_format" and err.value.code == "invalid_argument"
+    assert str(structured.SCHEMA_LIMITS[limit]) in err.value.message
+
+
+# ---------------------------------------------------------------- 5: errors found lazily are 400 at once
+@pytest.mark.parametrize("name", sorted(LAZY))
+@pytest.mark.parametrize("stream", [False, True])
+def test_lazy_grammar_errors_are_400_on_chat(server, name, stream):
+    status, _, body = server.post_json({"messages": CHAT, "stream": stream, "max_tokens": 8,
+                                        "response_format": _schema_format(LAZY[name])})
+    assert status == 400 and body["error"]["param"] == "response_format", body
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_lazy_grammar_errors_are_400_on_ollama_format(server, stream):
+    status, _, raw = server.request("POST", "/api/chat", json.dumps(
+        {"model": "tiny", "messages": CHAT, "stream": stream, "format": LAZY["self_ref"]}))
+    body = json.loads(raw)
+    assert status == 400 and body["error"].startswith("format: not supported"), body
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_lazy_grammar_errors_are_400_on_completions(server, stream):
+    status, _, raw = server.request("POST", "/v1/completions", json.dumps(
+        {"prompt": "hi", "stream": stream, "max_tokens": 8, "response_format": _schema_format(LAZY["defs_loop"])}))
+    body = json.loads(raw)
+    assert status == 400 and body["error"]["param"] == "response_format", body
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_required_tool_with_recursive_parameters_is_400_naming_tools(server, stream):
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"$ref": "#"}}}
+    status, _, body = server.post_json({"messages": CHAT, "stream": stream, "max_tokens": 8, "tools": [tool],
+                                        "tool_choice": "required"})
+    assert status == 400 and body["error"]["param"] == "tools", body
+    _alive(server)
+    assert sse_events  # the stream helper is shared with test_server
