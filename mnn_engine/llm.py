@@ -7,7 +7,6 @@ import json
 import logging
 import math
 import os
-import re
 import sys
 import threading
 import time
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _mnn, structured
+from . import _mnn, media, structured
 from .build import load_backend_library
 from .embedding import EmbeddingInput, EmbeddingResult, embedding_inputs, template_wrap, vector_from
 from .errors import MnnEngineError, invalid
@@ -46,7 +45,6 @@ DEFAULT_ANSWER_RESERVE = 256
 DEFAULT_DRAFT_TOKENS = 7
 # what verification costs are measured over (a short, ordinary prompt)
 _COST_PROBE_TEXT = "The quick brown fox jumps over the lazy dog, and then it runs home."
-_MEDIA_TAG = re.compile(r"<(img|audio)>.*?</\1>", re.S)
 # MNN config keys that MNN reads as C ints
 _INT_CONFIG_KEYS = frozenset({"max_all_tokens", "max_new_tokens", "thread_num", "prefill_chunk_size"})
 # Markup tokens that reasoning and tool-call parsing rely on. MNN's tokenizer
@@ -419,7 +417,7 @@ class Llm:
         if not isinstance(text, str):
             raise invalid("text", "must be a string")
         with self._using() as core:
-            ids = tokenize_bounded(core.tokenize, text, limit=sys.maxsize, exact_cuts=self._exact_cuts)
+            ids = self._encode(core, text, sys.maxsize, _never)
         assert ids is not None  # no limit, no cancel
         return ids
 
@@ -553,10 +551,17 @@ class Llm:
             raise MnnEngineError("empty_prompt", "the prompt is empty (no tokens)", param="prompt")
         return text, ids, 0
 
+    def _encode(self, core: _mnn.LlmCore, text: str, limit: int, cancelled: Callable[[], bool]) -> list[int] | None:
+        """The one way text reaches MNN's tokenizer: media tags are guarded
+        first (``mnn_engine.media``: MNN opens the file a tag names), then the
+        text is tokenized in segments; None when it has more than ``limit`` ids."""
+        return tokenize_bounded(core.tokenize, media.guard(text), limit=limit, exact_cuts=self._exact_cuts,
+                                cancelled=cancelled)
+
     def _tokens_within(self, core: _mnn.LlmCore, text: str, limit: int,
                        cancelled: Callable[[], bool]) -> list[int] | None:
         """The ids of ``text``, or None when there are more than ``limit``."""
-        ids = tokenize_bounded(core.tokenize, text, limit=limit, exact_cuts=self._exact_cuts, cancelled=cancelled)
+        ids = self._encode(core, text, limit, cancelled)
         if ids is None and cancelled():
             raise _Cancelled
         return ids
@@ -718,16 +723,16 @@ class Llm:
                 draft_tokens = self._draft_tokens(run.core, run.config)
                 # Images and audio: their placeholder ids do not tell one picture from another, so such
                 # prompts neither reuse the KV cache nor leave it to be reused.
-                media = text is not None and _MEDIA_TAG.search(text) is not None
+                with_media = text is not None and media.has_media(text)
                 raw = run.core.generate(
                     ids, run.params, stop=run.config.stop, callback=callback,
                     max_tokens=max_tokens, context_limit=self._context_limit,
                     seed=run.seed, ignore_eos=run.config.ignore_eos,
                     reuse=(self.prompt_cache if run.config.cache_prompt is None else run.config.cache_prompt)
-                    and not media, constraint=constraint, draft_tokens=draft_tokens,
+                    and not with_media, constraint=constraint, draft_tokens=draft_tokens,
                     verify_serially=self._verify_serially,
                 )
-                if media:
+                if with_media:
                     run.core.forget()
         finally:
             self._generation_lock.release()

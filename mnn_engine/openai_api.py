@@ -15,7 +15,6 @@ import contextlib
 import json
 import math
 import os
-import re
 import secrets
 import tempfile
 import time
@@ -25,8 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import media
 from .errors import MnnEngineError
 from .llm import GenerationResult, TokenLogprob
+from .media import WORD_JOINER  # noqa: F401 - re-exported (tests)
 from .scratch import scratch_dir
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
@@ -34,8 +35,6 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 DEFAULT_MAX_IMAGE_BYTES = 10 * 1024 * 1024
 MAX_IMAGES = 8
-WORD_JOINER = "\u2060"
-_MEDIA_TAG = re.compile(r"</?(?:img|audio|video|hw)>", re.IGNORECASE)
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
                     "repetition_penalty", "seed", "logit_bias", "speculative", "draft_tokens")
 
@@ -61,6 +60,9 @@ class ChatRequest:
 
     def cleanup(self) -> None:
         """Remove the decoded images' private directory."""
+        for path in self.images:
+            media.unregister(path)
+        self.images = []
         if self.image_dir:
             for path in Path(self.image_dir).glob("*"):
                 path.unlink(missing_ok=True)
@@ -214,27 +216,18 @@ def _parse_messages(messages: Any, policy: ImagePolicy, request: ChatRequest) ->
             raise bad(f"{where}.content", f"{where}.content is required for a {role} message")
         content = _content_text(message.get("content"), where, policy, request)
         if role == "assistant" and message.get("tool_calls"):
-            content += neutralize_media_tags(_tool_calls_text(message["tool_calls"], where))
+            content += media.neutralize(_tool_calls_text(message["tool_calls"], where))
         # an assistant's earlier reasoning_content is not sent back to the model
         out.append({"role": "system" if role == "developer" else role, "content": content})
     return out
 
 
-def neutralize_media_tags(text: str) -> str:
-    """Client text can never open MNN's multimodal tags (``<img>``,
-    ``<audio>``: MNN would read the file they name); a word joiner breaks
-    them up. Only the server's own image handling writes real ones."""
-    if "<" not in text:
-        return text
-    return _MEDIA_TAG.sub(lambda m: m.group(0)[0] + WORD_JOINER + m.group(0)[1:], text)
-
-
 def _neutralized(value: Any) -> Any:
-    """``neutralize_media_tags`` on every string of a JSON value (tools go into the template)."""
+    """``media.neutralize`` on every string of a JSON value (tools go into the template)."""
     if isinstance(value, str):
-        return neutralize_media_tags(value)
+        return media.neutralize(value)
     if isinstance(value, Mapping):
-        return {neutralize_media_tags(str(k)): _neutralized(v) for k, v in value.items()}
+        return {media.neutralize(str(k)): _neutralized(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_neutralized(v) for v in value]
     return value
@@ -253,7 +246,7 @@ def _content_text(content: Any, where: str, policy: ImagePolicy, request: ChatRe
     if content is None:
         return ""
     if isinstance(content, str):
-        return neutralize_media_tags(content)
+        return media.neutralize(content)
     if not isinstance(content, list):
         raise bad(f"{where}.content", f"{where}.content must be a string or a list of parts")
     texts = []
@@ -262,9 +255,9 @@ def _content_text(content: Any, where: str, policy: ImagePolicy, request: ChatRe
         if kind == "text":
             if not isinstance(part.get("text"), str):
                 raise bad(here, f"{here}.text must be a string")
-            texts.append(neutralize_media_tags(part["text"]))
+            texts.append(media.neutralize(part["text"]))
         elif kind == "image_url":
-            texts.append(f"<img>{_image_file(part.get('image_url'), here, policy, request)}</img>")
+            texts.append(media.tag("img", _image_file(part.get('image_url'), here, policy, request)))
         else:
             raise bad(here, f"{here}: unsupported content part type {kind!r} (text, image_url)")
     return "".join(texts)
@@ -310,6 +303,7 @@ def _image_file(spec: Any, where: str, policy: ImagePolicy, request: ChatRequest
     with os.fdopen(fd, "wb") as f:
         f.write(data)
     request.images.append(path)
+    media.register(path)  # its tag may reach MNN's tokenizer until cleanup()
     return str(path)
 
 

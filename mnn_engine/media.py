@@ -1,0 +1,102 @@
+"""MNN's media tags, and the one rule that keeps them from reading local files.
+
+MNN's tokenizer for multimodal models (``Omni::tokenizer_encode``) opens the
+file that an ``<img>PATH</img>`` or ``<audio>PATH</audio>`` tag in the text
+names — any path, a FIFO included. So text reaches MNN's tokenizer only
+through ``guard()`` (``Llm``'s one tokenizer entry point calls it), which
+breaks up every media tag except those naming a file registered here: the
+server's own decoded images (``register``, for the request's lifetime), or a
+file a Python caller names with ``trusted(path)``. A broken-up tag is the
+same text with a word joiner after its ``<``: the model still sees the
+characters, MNN no longer sees a tag.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterator
+
+WORD_JOINER = "\u2060"
+#: any opening or closing tag MNN treats specially inside text
+_ANY_TAG = re.compile(r"</?(?:img|audio|video|hw)>", re.IGNORECASE)
+#: the tags that name a file
+KINDS = ("img", "audio", "video")
+
+_lock = threading.Lock()
+_registered: Counter[str] = Counter()
+
+
+def neutralize(text: str) -> str:
+    """``text`` with every media tag broken up (none is honoured)."""
+    if "<" not in text:
+        return text
+    return _ANY_TAG.sub(lambda m: m.group(0)[0] + WORD_JOINER + m.group(0)[1:], text)
+
+
+def guard(text: str) -> str:
+    """What MNN's tokenizer may see of ``text``: media tags that name a
+    registered file are kept, every other one is broken up."""
+    if "<" not in text:
+        return text
+    kept = _registered_tags()
+    if kept is None:
+        return neutralize(text)
+    out, start = [], 0
+    for match in kept.finditer(text):
+        out.append(neutralize(text[start:match.start()]))
+        out.append(match.group(0))
+        start = match.end()
+    out.append(neutralize(text[start:]))
+    return "".join(out)
+
+
+def _registered_tags() -> re.Pattern[str] | None:
+    """A pattern of the exact tags of the registered files (None: none is registered)."""
+    with _lock:
+        paths = [path for path, count in _registered.items() if count > 0]
+    if not paths:
+        return None
+    return re.compile("|".join(re.escape(tag(kind, path)) for path in paths for kind in KINDS))
+
+
+def has_media(text: str) -> bool:
+    """Whether guarded text holds a media tag MNN will read."""
+    kept = _registered_tags() if "<" in text else None
+    return kept is not None and kept.search(text) is not None
+
+
+def tag(kind: str, path: str) -> str:
+    """The tag for a registered file (``kind``: img, audio or video)."""
+    return f"<{kind}>{path}</{kind}>"
+
+
+def register(path: str | os.PathLike[str]) -> None:
+    """Allow tags naming ``path`` until ``unregister``; counted, so two users of one file are fine."""
+    with _lock:
+        _registered[os.fspath(path)] += 1
+
+
+def unregister(path: str | os.PathLike[str]) -> None:
+    with _lock:
+        key = os.fspath(path)
+        _registered[key] -= 1
+        if _registered[key] <= 0:
+            del _registered[key]
+
+
+@contextlib.contextmanager
+def trusted(*paths: str | os.PathLike[str]) -> Iterator[None]:
+    """Within the block, ``<img>PATH</img>`` (or ``<audio>``) tags naming these
+    files reach MNN as tags (the Python API's way to give a vision model a
+    picture: ``with media.trusted(p): llm.generate(f"<img>{p}</img>...")``)."""
+    for path in paths:
+        register(path)
+    try:
+        yield
+    finally:
+        for path in paths:
+            unregister(path)
