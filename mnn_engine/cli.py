@@ -429,7 +429,7 @@ def _serve(args: argparse.Namespace) -> int:
         serve_forever(engine, host=host, port=args.port, api_key=key,
                       max_body_bytes=int(args.max_body_mb * 1024 * 1024), allow_file_urls=args.allow_file_urls,
                       on_ready=ready, sockets=sockets, cors_origins=args.cors_origin, access_log=args.access_log,
-                      queue=args.queue, queue_timeout=args.queue_timeout)
+                      queue=args.queue, queue_timeout=args.queue_timeout, allow_pull_urls=args.allow_pull_url)
     finally:
         for sock in sockets:
             sock.close()
@@ -577,6 +577,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a queued request waits before it gets 429 (default 60)")
     p.add_argument("--max-body-mb", type=_body_mb, default=8.0, help="largest request body in MiB (default 8)")
     p.add_argument("--allow-file-urls", action="store_true", help="accept file:// image URLs (local files)")
+    p.add_argument("--allow-pull-url", action="append", default=[], metavar="PATTERN",
+                   help="let /api/pull fetch manifest URLs matching PATTERN (shell-style, e.g. "
+                        "'http://192.168.1.5:8000/*'); repeatable. By default clients may pull from the hubs and "
+                        "public https hosts only")
     _add_load_options(p)
     _add_pull_options(p)
     p.set_defaults(func=_serve)

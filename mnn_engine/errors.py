@@ -48,6 +48,8 @@ ERROR_CODES: dict[str, ErrorKind] = {
     "pull_failed": ErrorKind(502, "server_error", "Downloading the model from its source failed."),
     "pull_unauthorized": ErrorKind(401, "authentication_error", "The model's source refused access."),
     "pull_corrupt": ErrorKind(502, "server_error", "A downloaded file does not match its source's hash."),
+    "pull_refused": ErrorKind(403, "permission_error", "The pull would fetch a URL this server does not allow."),
+    "pull_cancelled": ErrorKind(503, "server_error", "The pull was stopped before it finished."),
     "pull_busy": ErrorKind(409, "invalid_request_error", "Another pull of that model is running."),
     "invalid_manifest": ErrorKind(422, "invalid_request_error", "The model manifest is malformed."),
     "engine_too_old": ErrorKind(422, "invalid_request_error", "The model needs a newer mnn-engine or MNN."),

@@ -410,15 +410,18 @@ class Llm:
             self._release()
 
     # ------------------------------------------------------------------ text
-    def tokenize(self, text: str) -> list[int]:
+    def tokenize(self, text: str, *, limit: int | None = None) -> list[int]:
         """Token ids of ``text`` (special tokens in the text are recognised).
         Long text is handed to MNN in segments, so the time stays linear in
-        its length (see ``mnn_engine.tokenizing``)."""
+        its length (see ``mnn_engine.tokenizing``). With ``limit``, text of
+        more tokens is ``context_length_exceeded`` (tokenizing stops there)."""
         if not isinstance(text, str):
             raise invalid("text", "must be a string")
         with self._using() as core:
-            ids = self._encode(core, text, sys.maxsize, _never)
-        assert ids is not None  # no limit, no cancel
+            ids = self._encode(core, text, sys.maxsize if limit is None else limit, _never)
+        if ids is None:
+            raise MnnEngineError("context_length_exceeded", f"the text has more than {limit} tokens",
+                                 param="content")
         return ids
 
     @property

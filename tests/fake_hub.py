@@ -34,6 +34,9 @@ class Faults:
     gated: dict[str, str] = field(default_factory=dict)  # repo -> the token that opens it
     missing: set[str] = field(default_factory=set)  # paths listed but answered 404
     delay_s: float = 0.0  # pause between chunks (a slow server)
+    #: path -> bytes sent with 200, whatever the Range (a server that ignores ranges and ends early)
+    short_ignoring_range: dict[str, int] = field(default_factory=dict)
+    chunk: int = 0  # bytes per chunk when set (with delay_s: a trickle)
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -52,6 +55,8 @@ class FakeHub:
         self.hf: dict[str, Repo] = {}
         self.modelscope: dict[str, Repo] = {}
         self.manifests: dict[str, tuple[dict, dict[str, bytes]]] = {}
+        self.raw_manifests: dict[str, bytes] = {}  # key -> the bytes answered as the manifest (hostile ones)
+        self.raw_hf_info: dict[str, bytes] = {}  # repo -> the bytes answered as its revision info
         self.faults = Faults()
         self.served: dict[str, int] = {}  # path -> bytes sent
         self.ranges: list[tuple[str, str | None]] = []  # (path, Range header)
@@ -136,6 +141,9 @@ class _Handler(tornado.web.RequestHandler):
         start = 0
         spec = self.request.headers.get("Range")
         self.hub.ranges.append((path, spec))
+        if path in faults.short_ignoring_range:
+            self.finish(data[:faults.short_ignoring_range[path]])  # 200, the Range ignored
+            return
         if spec and spec.startswith("bytes=") and spec.endswith("-"):
             start = int(spec[6:-1])
             self.set_status(206)
@@ -148,7 +156,7 @@ class _Handler(tornado.web.RequestHandler):
         end = len(data) if drop is None else min(len(data), start + drop)
         pos = start
         while pos < end:
-            chunk = data[pos:min(end, pos + CHUNK)]
+            chunk = data[pos:min(end, pos + (faults.chunk or CHUNK))]
             self.write(chunk)
             await self.flush()
             self.hub.served[path] = self.hub.served.get(path, 0) + len(chunk)
@@ -164,6 +172,10 @@ class _Handler(tornado.web.RequestHandler):
 class _HfInfo(_Handler):
     def get(self, repo: str, revision: str) -> None:
         if self._gate(repo):
+            return
+        if repo in self.hub.raw_hf_info:
+            self.set_header("Content-Type", "application/json")
+            self.finish(self.hub.raw_hf_info[repo])
             return
         entry = self.hub.hf.get(repo)
         if entry is None:
@@ -225,6 +237,10 @@ class _MsDownload(_Handler):
 
 class _Manifest(_Handler):
     def get(self, name: str) -> None:
+        if name in self.hub.raw_manifests:
+            self.set_header("Content-Type", "application/json")
+            self.finish(self.hub.raw_manifests[name])
+            return
         if name not in self.hub.manifests:
             self._not_found("NotFound")
             return

@@ -5,16 +5,22 @@ Each test failed before its fix."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
+from fake_hub import FakeHub, Repo, repo_from_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from live_server import Live
+from support import test_model_dir
 from test_server import _server_fixture, sse_events
 
-from mnn_engine import media, structured
+from mnn_engine import MnnEngineError, ModelStore, media, structured
 from mnn_engine.grammar_sandbox import GrammarSandbox
 
 server = _server_fixture("tiny")
@@ -57,7 +63,7 @@ def test_the_engine_compiles_on_a_stack_that_survives_what_crashed_it():
     child, so a crash fails this test and not the suite."""
     code = """
 import json, llguidance as ll
-from mnn_engine import media, structured
+from mnn_engine import MnnEngineError, ModelStore, media, structured
 from mnn_engine.grammar_sandbox import _byte_tokenizer
 tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
 tok = structured.make_tokenizer(ll, tokens, [256], _byte_tokenizer(tokens))
@@ -184,3 +190,132 @@ def test_guarded_text_opens_no_tag_but_registered_ones(text):
         rest = guarded.replace("<img>/p</img>", "")
         assert not re.search(r"</?(img|audio|video|hw)>", rest, re.IGNORECASE), guarded
     assert "<img>" not in media.guard("<img>/p</img>")  # no longer registered
+
+
+# ---------------------------------------------------------------- 3, 4, 7, 11: pulls
+@pytest.fixture(scope="module")
+def small_repo():
+    return Repo("b" * 40, {"config.json": b"{}", "llm.mnn": b"x" * 1000})
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    with FakeHub() as fake:
+        monkeypatch.setenv("HF_ENDPOINT", fake.url)
+        monkeypatch.setenv("MODELSCOPE_DOMAIN", fake.url)
+        yield fake
+
+
+def _pull(server, spec, stream=False, **extra):
+    status, _, raw = server.request("POST", "/api/pull", json.dumps({"model": spec, "stream": stream, **extra}))
+    if stream:
+        return status, [json.loads(line) for line in raw.splitlines() if line.strip()]
+    return status, json.loads(raw)
+
+
+def test_a_client_cannot_make_the_server_fetch_local_urls(server, hub, small_repo):
+    """Refused before any request: the far side's answer (refused, 404, 500,
+    not JSON) can no longer be told apart, so no port scan."""
+    url = hub.add_manifest("m", small_repo)
+    answers = set()
+    for spec in (url, f"{hub.url}/nothing.json", "http://127.0.0.1:1/x", "https://127.0.0.1:1/x",
+                 "https://[::1]:1/x", "https://10.0.0.1/x", "https://localhost/x", "file:///etc/passwd"):
+        status, body = _pull(server, spec)
+        assert status in (403, 404), (spec, body)
+        answers.add((status, body["code"]))
+    assert answers <= {(403, "pull_refused"), (404, "model_not_found")}
+    assert hub.served == {} and hub.ranges == []
+
+
+def test_the_operator_can_allow_a_local_manifest(tmp_path_factory, hub):
+    live = Live(tmp_path_factory.mktemp("allow"), "tiny", allow_pull_urls=[hub.url + "/manifests/*"])
+    try:
+        status, lines = _pull(live, hub.add_manifest("m", repo_from_dir(test_model_dir("tiny-scripted"))), stream=True)
+        assert status == 200 and lines[-1].get("status") == "success", lines
+    finally:
+        live.close()
+
+
+@pytest.mark.parametrize("link", ["file:///etc/passwd", "ftp://127.0.0.1/x", "data:text/plain,hello",
+                                  "https://127.0.0.1:1/x"])
+def test_a_manifest_cannot_name_a_local_file_or_host(tmp_path, hub, small_repo, link):
+    url = hub.add_manifest("m", small_repo)
+    hub.manifests["m"][0]["files"][1]["url"] = link
+    from mnn_engine.hub.sources import UrlPolicy
+
+    with pytest.raises(MnnEngineError) as err:
+        ModelStore(tmp_path).pull(url, policy=UrlPolicy(public_only=link.startswith("https")), backoff=(0.01,))
+    assert err.value.code == "pull_refused", err.value
+    assert "passwd" not in json.dumps(os.listdir(tmp_path))
+
+
+def test_a_source_that_ignores_ranges_and_ends_early_is_given_up(tmp_path, hub, small_repo):
+    hub.faults.short_ignoring_range["llm.mnn"] = 10
+    url = hub.add_manifest("m", small_repo)
+    with pytest.raises(MnnEngineError) as err:
+        ModelStore(tmp_path).pull(url, backoff=(0.01,))
+    assert err.value.code == "pull_failed" and "ignores byte ranges" in err.value.message
+    assert sum(path == "llm.mnn" for path, _ in hub.ranges) <= 2 * (5 + 1)  # was 107,795 before
+
+
+DEEP = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
+
+
+@pytest.mark.parametrize("case", ["deep", "version", "nul_path", "long_path", "entry", "lfs", "not_json"])
+def test_hostile_listings_end_the_pull_stream_with_an_error(tmp_path_factory, hub, small_repo, case):
+    manifest = {"format": "mnn-engine-manifest/1", "id": "m", "version": "1",
+                "files": [{"path": "a", "size": 1, "sha256": "0" * 64}]}
+    spec = f"{hub.url}/manifests/m.json"
+    if case == "deep":
+        hub.raw_manifests["m"] = DEEP
+    elif case == "version":
+        hub.raw_manifests["m"] = json.dumps({**manifest, "min_engine_version": "9" * 5000}).encode()
+    elif case == "nul_path":
+        manifest["files"][0]["path"] = "a\x00b"
+        hub.raw_manifests["m"] = json.dumps(manifest).encode()
+    elif case == "long_path":
+        manifest["files"][0]["path"] = "a" * 5000
+        hub.raw_manifests["m"] = json.dumps(manifest).encode()
+    elif case == "not_json":
+        hub.raw_manifests["m"] = b"<html>"
+    else:  # a Hugging Face listing with a non-object sibling, or a non-object lfs entry
+        spec = "hf:org/repo"
+        sibling = 5 if case == "entry" else {"rfilename": "a", "size": 1, "lfs": [1]}
+        hub.raw_hf_info["org/repo"] = json.dumps({"sha": "c" * 40, "siblings": [sibling]}).encode()
+    live = Live(tmp_path_factory.mktemp(case), "tiny", allow_pull_urls=[hub.url + "/*"])
+    try:
+        status, lines = _pull(live, spec, stream=True)
+        assert status == 200 and "error" in lines[-1] and lines[-1]["http_status"] in (400, 403, 422, 502), lines
+        assert lines[-1]["code"] != "internal_error", lines
+        status, body = _pull(live, spec)
+        assert status in (400, 403, 422, 502) and body["code"] != "internal_error", body
+    finally:
+        live.close()
+
+
+def test_trickling_pulls_do_not_hold_the_tokenizer_routes(tmp_path_factory, hub, small_repo):
+    hub.faults.chunk, hub.faults.delay_s = 1, 0.5  # a byte every half second
+    live = Live(tmp_path_factory.mktemp("trickle"), "tiny", allow_pull_urls=[hub.url + "/*"])
+    results = []
+
+    def pull(i):
+        try:
+            results.append(_pull(live, hub.add_manifest(f"m{i}", small_repo)))
+        except (OSError, ValueError) as exc:  # the server closed the connection when it stopped
+            results.append(exc)
+
+    try:
+        pulls = [threading.Thread(target=pull, args=(i,)) for i in range(8)]
+        for thread in pulls:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while sum(path == "llm.mnn" for path, _ in hub.ranges) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status, _, raw = live.request("POST", "/tokenize", json.dumps({"content": "hello"}))
+        assert status == 200 and json.loads(raw)["tokens"]
+        assert not results  # the pulls are still running: /tokenize did not wait for them
+    finally:
+        live.close()  # stops the pulls
+    for thread in pulls:
+        thread.join(10)
+        assert not thread.is_alive()

@@ -8,13 +8,13 @@ import errno
 import hashlib
 import http.client
 import os
-import time
+import threading
 import urllib.error
 from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import MnnEngineError
-from .sources import RemoteFile, open_url
+from .sources import DEFAULT_POLICY, RemoteFile, UrlPolicy, open_url
 
 CHUNK = 1 << 20
 PART_SUFFIX = ".part"
@@ -61,9 +61,15 @@ def _resume(part: Path, remote: RemoteFile) -> tuple[_Hasher, int]:
 
 
 def download(remote: RemoteFile, dest: Path, headers: dict[str, str], source: str, *,
-             on_bytes: ByteCallback | None = None, backoff: tuple[float, ...] = BACKOFF_S) -> None:
+             on_bytes: ByteCallback | None = None, backoff: tuple[float, ...] = BACKOFF_S,
+             policy: UrlPolicy = DEFAULT_POLICY, stop: threading.Event | None = None) -> None:
     """Download ``remote`` to ``dest`` (via ``dest.part``), resuming what an
-    earlier attempt left. A finished, verified ``dest`` is kept as it is."""
+    earlier attempt left. A finished, verified ``dest`` is kept as it is.
+
+    Every request after the first counts as an attempt, a restart from zero
+    too (a source that ignores ``Range`` and ends early made 107,795 requests
+    for one file): at most ``RETRIES`` of them without progress, and at
+    most ``RETRIES + 1`` times the file's size received in all."""
     if dest.is_file() and dest.stat().st_size == remote.size:
         return
     part = dest.with_name(dest.name + PART_SUFFIX)
@@ -72,15 +78,24 @@ def download(remote: RemoteFile, dest: Path, headers: dict[str, str], source: st
     if on_bytes and have:
         on_bytes(have)
     attempt = 0
+    budget = (RETRIES + 1) * max(remote.size, CHUNK)  # bytes received in all, restarts included
     while have < remote.size:
         try:
-            got = _fetch_range(remote, part, have, hasher, headers, source, on_bytes)
+            got = _fetch_range(remote, part, have, hasher, headers, source, on_bytes, policy)
             if got == 0:
                 raise ConnectionError("the source sent no bytes")
             have += got
+            budget -= got
+            if budget < 0:
+                raise MnnEngineError("pull_failed", f"{remote.path}: the source sent more than {RETRIES + 1} times "
+                                     f"the file's {remote.size} bytes without completing it", param="files")
         except _Restart:
             part.unlink(missing_ok=True)
             hasher, have = _Hasher(remote), 0
+            attempt += 1
+            if attempt > RETRIES:
+                raise MnnEngineError("pull_failed", f"{remote.path}: the source ignores byte ranges and ends the "
+                                     f"file early ({RETRIES} restarts)", param="files") from None
         except (OSError, http.client.HTTPException, _Transient) as exc:
             if isinstance(exc, OSError) and exc.errno in _DISK_ERRORS:
                 raise MnnEngineError("disk_full", f"{remote.path}: the disk is full ({os.strerror(exc.errno)}); "
@@ -89,7 +104,8 @@ def download(remote: RemoteFile, dest: Path, headers: dict[str, str], source: st
             if attempt > RETRIES:
                 raise MnnEngineError("pull_failed", f"{remote.path}: {exc} (after {RETRIES} retries; pull again "
                                      "to resume)", param="files") from exc
-            time.sleep(backoff[min(attempt - 1, len(backoff) - 1)])
+            if (stop or threading.Event()).wait(backoff[min(attempt - 1, len(backoff) - 1)]):
+                raise MnnEngineError("pull_cancelled", f"{remote.path}: the pull was stopped", param="files") from exc
             hasher, have = _resume(part, remote)  # what the failed attempt wrote before it broke counts
     if not part.exists():  # an empty file
         part.touch()
@@ -109,10 +125,10 @@ class _Transient(Exception):
 
 
 def _fetch_range(remote: RemoteFile, part: Path, start: int, hasher: _Hasher, headers: dict[str, str],
-                 source: str, on_bytes: ByteCallback | None) -> int:
+                 source: str, on_bytes: ByteCallback | None, policy: UrlPolicy) -> int:
     extra = {"Range": f"bytes={start}-"} if start else {}
     try:
-        response = open_url(remote.url, headers, what=remote.path, source=source, extra=extra)
+        response = open_url(remote.url, headers, what=remote.path, source=source, extra=extra, policy=policy)
     except MnnEngineError as exc:
         if exc.code == "pull_failed" and "HTTP 5" in exc.message:
             raise _Transient(exc.message) from exc
@@ -124,7 +140,7 @@ def _fetch_range(remote: RemoteFile, part: Path, start: int, hasher: _Hasher, he
             raise _Restart()
         written = 0
         with open(part, "ab" if start else "wb") as writer:
-            while chunk := response.read(CHUNK):
+            while chunk := response.read1(CHUNK):  # what has arrived: a trickle still reaches on_bytes
                 if start + written + len(chunk) > remote.size:
                     raise _Transient(f"the source sent more than {remote.size} bytes")
                 writer.write(chunk)

@@ -20,7 +20,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, wait
 from pathlib import Path
 
 from ..build import build_info
@@ -28,9 +28,10 @@ from ..errors import MnnEngineError
 from ..first_touch import check_in_child
 from ..model_files import CONFIG_NAME, model_files, validate_model_dir
 from ..models import SOURCE_FILE, ModelInfo, ModelLock, ModelStore, check_model_id, model_id_from_name, read_source
+from ..workers import DaemonPool
 from . import catalog
 from .download import BACKOFF_S, PART_SUFFIX, download
-from .sources import Listing, list_hf, list_manifest, list_modelscope
+from .sources import DEFAULT_POLICY, Listing, UrlPolicy, list_hf, list_manifest, list_modelscope
 
 PULL_FILE = ".pull.json"
 SOURCES = ("hf", "modelscope")
@@ -39,6 +40,8 @@ DISK_RESERVE = 64 << 20
 WORKERS = 3
 _REPO_SPEC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
+#: seconds a failed pull waits for its other files' reads to end (they stop at their next chunk)
+STOP_WAIT_S = 35.0
 #: progress(done_bytes, total_bytes, current_file)
 Progress = Callable[[int, int, str], None]
 
@@ -47,13 +50,14 @@ class _Stopped(Exception):
     """Another download of the same pull failed: stop this one."""
 
 
-def resolve_spec(spec: str, source: str | None) -> tuple[Callable[[str | None], Listing], str | None]:
+def resolve_spec(spec: str, source: str | None,
+                 policy: UrlPolicy = DEFAULT_POLICY) -> tuple[Callable[[str | None], Listing], str | None]:
     """What ``spec`` names: a function listing it at a revision, and the
     model ID it gets by default (None: from the manifest)."""
     if source is not None and source not in SOURCES:
         raise MnnEngineError("invalid_argument", f"source must be hf or modelscope (got {source!r})", param="source")
     if spec.startswith(("http://", "https://")):
-        return (lambda _revision: list_manifest(spec)), None
+        return (lambda _revision: list_manifest(spec, policy)), None
     for prefix in SOURCES:
         if spec.startswith(prefix + ":"):
             return _repo_lister(prefix, spec[len(prefix) + 1:]), model_id_from_name(spec.rsplit("/", 1)[-1])
@@ -79,10 +83,13 @@ def _repo_lister(source: str, repo: str) -> Callable[[str | None], Listing]:
 
 def pull(store: ModelStore, spec: str, *, model_id: str | None = None, revision: str | None = None,
          source: str | None = None, update: bool = False, progress: Progress | None = None,
-         workers: int = WORKERS, backoff: tuple[float, ...] = BACKOFF_S) -> ModelInfo:
+         workers: int = WORKERS, backoff: tuple[float, ...] = BACKOFF_S, policy: UrlPolicy = DEFAULT_POLICY,
+         stop: threading.Event | None = None) -> ModelInfo:
     """Pull ``spec`` (a catalog name, ``hf:ORG/NAME``, ``modelscope:ORG/NAME``,
-    ``ORG/NAME`` or a manifest URL) into ``store``; see the module doc."""
-    lister, default_id = resolve_spec(spec, source)
+    ``ORG/NAME`` or a manifest URL) into ``store``; see the module doc.
+    ``policy``: what a manifest may make it fetch; ``stop``: set from another
+    thread, the pull ends at its next chunk (``pull_cancelled``), its bytes kept."""
+    lister, default_id = resolve_spec(spec, source, policy)
     if model_id is not None:
         check_model_id(model_id)
     known = model_id or default_id  # None: a manifest names it
@@ -104,7 +111,7 @@ def pull(store: ModelStore, spec: str, *, model_id: str | None = None, revision:
     with lock:
         _prepare(work, listing)
         _check_space(work, listing)
-        _fetch_all(work, listing, progress, workers, backoff)
+        _fetch_all(work, listing, progress, workers, backoff, stop or threading.Event())
         _validate(work, listing)
         (work / SOURCE_FILE).write_text(json.dumps({**listing.to_dict(), "name": listing.name,
                                                     "pulled_at": time.time()}, indent=1))
@@ -142,16 +149,19 @@ def _check_space(work: Path, listing: Listing) -> None:
 
 
 def _fetch_all(work: Path, listing: Listing, progress: Progress | None, workers: int,
-               backoff: tuple[float, ...]) -> None:
+               backoff: tuple[float, ...], asked_to_stop: threading.Event) -> None:
     total = listing.total_bytes
     done = [0]
     lock = threading.Lock()
-    stop = threading.Event()
+    stop = threading.Event()  # a file failed, or asked_to_stop: every download ends at its next chunk
 
     def fetch(index: int) -> None:
         remote = listing.files[index]
 
         def on_bytes(count: int) -> None:
+            if asked_to_stop.is_set():
+                raise MnnEngineError("pull_cancelled", f"the pull of {listing.repo} was stopped (it resumes "
+                                     "from the bytes it has)", param="model")
             if stop.is_set():
                 raise _Stopped()
             with lock:
@@ -159,7 +169,8 @@ def _fetch_all(work: Path, listing: Listing, progress: Progress | None, workers:
                 if progress:
                     progress(done[0], total, remote.path)
 
-        download(remote, work / remote.path, listing.headers, listing.source, on_bytes=on_bytes, backoff=backoff)
+        download(remote, work / remote.path, listing.headers, listing.source, on_bytes=on_bytes, backoff=backoff,
+                 policy=listing.policy, stop=asked_to_stop)
         if remote.size == 0 and progress:
             progress(done[0], total, remote.path)
 
@@ -167,17 +178,20 @@ def _fetch_all(work: Path, listing: Listing, progress: Progress | None, workers:
         progress(0, total, "")
     # the largest first, so the long file starts at once and the small ones fill in beside it
     order = sorted(range(len(listing.files)), key=lambda i: -listing.files[i].size)
-    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="mnn-pull")
+    pool = DaemonPool("mnn-pull", workers)  # daemon threads: a stuck read never keeps the process alive
+    futures = [pool.submit(fetch, i) for i in order]
     try:
-        finished, _ = wait([pool.submit(fetch, i) for i in order], return_when=FIRST_EXCEPTION)
+        finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
         failed = next((f.exception() for f in finished if f.exception() is not None), None)
         if failed is not None:  # the first file that failed, not the first submitted
             raise failed
     except BaseException:
         stop.set()  # Ctrl-C or a failed file: the others stop at their next chunk, their bytes kept
+        for future in futures:
+            future.cancel()
+        if not asked_to_stop.is_set():  # a stopped pull does not wait for reads in progress
+            wait(futures, timeout=STOP_WAIT_S)
         raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
     if progress:
         progress(total, total, "")
 

@@ -10,21 +10,29 @@ Endpoints and tokens come from the variables users already set:
 
 from __future__ import annotations
 
-import json
+import fnmatch
+import http.client
+import ipaddress
 import os
 import re
+import socket
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import jsonutil
 from ..errors import MnnEngineError
 from ..version import __version__
 
 TIMEOUT_S = 30.0
 MANIFEST_FORMAT = "mnn-engine-manifest/1"
 USER_AGENT = f"mnn-engine/{__version__}"
+#: the largest listing or manifest read
+MAX_LISTING_BYTES = 16 << 20
+#: a listed path's longest, and its components' (ext4's NAME_MAX)
+MAX_PATH, MAX_NAME = 1024, 255
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -55,6 +63,7 @@ class Listing:
     headers: dict[str, str] = field(default_factory=dict)  # sent to the source's own host only
     name: str | None = None
     model_id: str | None = None
+    policy: UrlPolicy = field(default_factory=lambda: DEFAULT_POLICY)  # what its files and redirects may fetch
 
     @property
     def total_bytes(self) -> int:
@@ -83,16 +92,90 @@ def _token_header(*names: str) -> dict[str, str]:
     return {}
 
 
+def _loopback_http(url: str) -> bool:
+    """An http:// URL on this machine's loopback (the tests' fake hubs)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        return False
+    if parts.hostname == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(parts.hostname).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class UrlPolicy:
+    """Which URLs a pull may fetch: manifests, the files they list, and
+    redirects from either (hub listings use the default policy: their
+    endpoints come from the operator's HF_ENDPOINT / MODELSCOPE_DOMAIN).
+
+    Always ``https``, or ``http`` only where the URL that named it is plain
+    http on loopback too (a local test hub); never ``file:``, ``ftp:``,
+    ``data:``. With ``public_only`` (pulls asked for over the HTTP API) the
+    host must also resolve to public addresses only, unless the URL matches
+    one of ``allowed`` (shell patterns, ``serve --allow-pull-url``): no pull
+    reaches this machine's or the LAN's services on a client's behalf."""
+
+    public_only: bool = False
+    allowed: tuple[str, ...] = ()
+
+    def check(self, url: str, *, referrer: str, what: str) -> str:
+        if any(fnmatch.fnmatchcase(url, pattern) for pattern in self.allowed):
+            return url
+        scheme = urllib.parse.urlsplit(url).scheme.lower()
+        if not (scheme == "https" or (scheme == "http" and _loopback_http(url) and _loopback_http(referrer))):
+            raise MnnEngineError("pull_refused", f"{what}: refused to fetch {scheme or 'a relative'}: URL "
+                                 f"{_shown(url)} (only https)", param="model")
+        if self.public_only and not _public_host(urllib.parse.urlsplit(url).hostname or ""):
+            raise MnnEngineError("pull_refused", f"{what}: refused to fetch {_shown(url)}: its host is not a public "
+                                 "address (serve --allow-pull-url PATTERN allows it)", param="model")
+        return url
+
+
+DEFAULT_POLICY = UrlPolicy()
+
+
+def _public_host(host: str) -> bool:
+    """Whether every address ``host`` resolves to is a public one."""
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_global for info in infos)
+
+
+def _shown(url: str) -> str:
+    """A URL for an error message: scheme, host and path, at most 200 characters."""
+    parts = urllib.parse.urlsplit(url)
+    return (f"{parts.scheme}://{parts.netloc}{parts.path}" if parts.netloc else url)[:200]
+
+
+class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects follow the pull's ``UrlPolicy`` too (urllib's own rule admits ftp)."""
+
+    def __init__(self, policy: UrlPolicy) -> None:
+        self.policy = policy
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
+        self.policy.check(newurl, referrer=req.full_url, what=_shown(req.full_url))
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 def open_url(url: str, headers: dict[str, str], *, what: str, source: str,
-             extra: dict[str, str] | None = None, timeout: float = TIMEOUT_S) -> Any:
-    """Open ``url`` (GET). The credentials in ``headers`` are not forwarded
-    when the source redirects to another host (a CDN). HTTP errors become
-    MnnEngineError with the variable to set named for 401/403."""
+             extra: dict[str, str] | None = None, timeout: float = TIMEOUT_S,
+             policy: UrlPolicy = DEFAULT_POLICY) -> Any:
+    """Open ``url`` (GET) if ``policy`` allows it. The credentials in
+    ``headers`` are not forwarded when the source redirects to another host
+    (a CDN). HTTP errors become MnnEngineError with the variable to set
+    named for 401/403."""
+    policy.check(url, referrer=url, what=what)
     request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **(extra or {})})
     for name, value in headers.items():
         request.add_unredirected_header(name, value)
     try:
-        return urllib.request.urlopen(request, timeout=timeout)
+        return urllib.request.build_opener(_CheckedRedirects(policy)).open(request, timeout=timeout)
     except urllib.error.HTTPError as exc:
         raise http_error(exc.code, exc.headers.get("X-Error-Code", ""), what, source) from None
 
@@ -113,22 +196,45 @@ def http_error(status: int, hub_code: str, what: str, source: str) -> MnnEngineE
     return MnnEngineError("pull_failed", f"{what}: HTTP {status} from the source")
 
 
-def _read_json(url: str, headers: dict[str, str], what: str, source: str) -> Any:
+def _read_json(url: str, headers: dict[str, str], what: str, source: str,
+               policy: UrlPolicy = DEFAULT_POLICY) -> Any:
     try:
-        with open_url(url, headers, what=what, source=source) as response:
-            return json.loads(response.read(16 << 20))
+        with open_url(url, headers, what=what, source=source, policy=policy) as response:
+            data = response.read(MAX_LISTING_BYTES + 1)
     except MnnEngineError:
         raise
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         raise MnnEngineError("pull_failed", f"{what}: {exc}") from exc
+    if len(data) > MAX_LISTING_BYTES:
+        raise MnnEngineError("pull_failed", f"{what}: the answer is larger than {MAX_LISTING_BYTES >> 20} MiB")
+    try:
+        return jsonutil.loads(data)
+    except RecursionError:
+        raise MnnEngineError("pull_failed", f"{what}: the answer is nested too deeply") from None
+    except ValueError as exc:
+        raise MnnEngineError("pull_failed", f"{what}: the answer is not JSON ({str(exc)[:100]})") from None
 
 
 def _check_relative(path: Any, what: str) -> str:
+    """A listed file's path: relative, inside the model, of printable
+    characters, at most ``MAX_PATH`` characters (``MAX_NAME`` a component)."""
+    shown = repr(path[:100] + "..." if isinstance(path, str) and len(path) > 100 else path)
     if not isinstance(path, str) or not path or path.startswith("/") or "\\" in path or any(
             part in ("", ".", "..") for part in path.split("/")):
-        raise MnnEngineError("invalid_manifest", f"{what}: {path!r} is not a relative path inside the model",
+        raise MnnEngineError("invalid_manifest", f"{what}: {shown} is not a relative path inside the model",
                              param="files")
+    if len(path) > MAX_PATH or any(len(part) > MAX_NAME for part in path.split("/")):
+        raise MnnEngineError("invalid_manifest", f"{what}: {shown} is longer than {MAX_PATH} characters "
+                             f"(or a name longer than {MAX_NAME})", param="files")
+    if not path.isprintable():
+        raise MnnEngineError("invalid_manifest", f"{what}: {shown} holds control characters", param="files")
     return path
+
+
+def _object(entry: Any, what: str) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise MnnEngineError("pull_failed", f"{what}: a file entry is not an object")
+    return entry
 
 
 def _check_repo(repo: str) -> str:
@@ -151,8 +257,11 @@ def list_hf(repo: str, revision: str = "main") -> Listing:
         raise MnnEngineError("pull_failed", f"hf:{repo}: the hub's answer has no commit or file list")
     files = []
     for entry in siblings:
+        entry = _object(entry, f"hf:{repo}")
         path = _check_relative(entry.get("rfilename"), f"hf:{repo}")
         lfs = entry.get("lfs") or {}
+        if not isinstance(lfs, dict):
+            raise MnnEngineError("pull_failed", f"hf:{repo}: the lfs entry of {path} is not an object")
         size = lfs.get("size", entry.get("size"))
         if not isinstance(size, int) or size < 0:
             raise MnnEngineError("pull_failed", f"hf:{repo}: no size for {path}")
@@ -181,10 +290,13 @@ def list_modelscope(repo: str, revision: str = "master") -> Listing:
     entries = data.get("Files") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         message = answer.get("Message") if isinstance(answer, dict) else None
-        raise MnnEngineError("model_not_found" if answer.get("Code") == 404 else "pull_failed",
-                             f"modelscope:{repo}: {message or 'the answer has no file list'}", param="model")
+        code = answer.get("Code") if isinstance(answer, dict) else None
+        raise MnnEngineError("model_not_found" if code == 404 else "pull_failed",
+                             f"modelscope:{repo}: {str(message)[:200] if message else 'the answer has no file list'}",
+                             param="model")
     files, commits = [], set()
     for entry in entries:
+        entry = _object(entry, f"modelscope:{repo}")
         if entry.get("Type") == "tree":
             continue
         path = _check_relative(entry.get("Path"), f"modelscope:{repo}")
@@ -200,7 +312,7 @@ def list_modelscope(repo: str, revision: str = "master") -> Listing:
 
 
 # ---------------------------------------------------------------- manifests
-def parse_manifest(data: Any, url: str) -> Listing:
+def parse_manifest(data: Any, url: str, policy: UrlPolicy = DEFAULT_POLICY) -> Listing:
     """Validate a manifest (see docs/manifest.md) fetched from ``url``."""
     if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
         raise MnnEngineError("invalid_manifest", f"{url}: not a manifest (\"format\": \"{MANIFEST_FORMAT}\")",
@@ -211,7 +323,7 @@ def parse_manifest(data: Any, url: str) -> Listing:
                              param="id")
     minimum = data.get("min_engine_version")
     if minimum is not None and (not isinstance(minimum, str) or version_tuple(minimum) is None):
-        raise MnnEngineError("invalid_manifest", f"{url}: min_engine_version {minimum!r} is not a version",
+        raise MnnEngineError("invalid_manifest", f"{url}: min_engine_version {str(minimum)[:40]!r} is not a version",
                              param="min_engine_version")
     if minimum is not None and version_tuple(minimum) > version_tuple(__version__):
         raise MnnEngineError("engine_too_old", f"{model_id} {version} needs mnn-engine {minimum} or newer "
@@ -237,16 +349,19 @@ def parse_manifest(data: Any, url: str) -> Listing:
         if not isinstance(link, str):
             raise MnnEngineError("invalid_manifest", f"{url}: {path}: url must be a string", param="files")
         seen.add(path)
-        files.append(RemoteFile(path=path, size=size, url=urllib.parse.urljoin(url, link), sha256=sha256))
+        target = policy.check(urllib.parse.urljoin(url, link), referrer=url, what=f"{_shown(url)}: {path}")
+        files.append(RemoteFile(path=path, size=size, url=target, sha256=sha256))
     name = data.get("name") if isinstance(data.get("name"), str) else None
-    return Listing("manifest", url, version, version, tuple(files), {}, name=name, model_id=model_id)
+    return Listing("manifest", url, version, version, tuple(files), {}, name=name, model_id=model_id, policy=policy)
 
 
-def list_manifest(url: str) -> Listing:
-    return parse_manifest(_read_json(url, {}, url, "manifest"), url)
+def list_manifest(url: str, policy: UrlPolicy = DEFAULT_POLICY) -> Listing:
+    return parse_manifest(_read_json(url, {}, _shown(url), "manifest", policy), url, policy)
 
 
 def version_tuple(text: str) -> tuple[int, ...] | None:
     """``"3.6.1"`` -> ``(3, 6, 1)``; None for anything else."""
     parts = text.strip().split(".")
-    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
+    if len(parts) > 8 or not all(p.isdigit() and len(p) <= 9 for p in parts):  # int() of 5,000 digits raises
+        return None
+    return tuple(int(p) for p in parts)

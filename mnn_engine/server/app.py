@@ -12,6 +12,7 @@ import contextlib
 import hmac
 import ipaddress
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
@@ -40,6 +41,7 @@ from ..openai_api import (
     prompt_opens_thinking,
 )
 from ..streaming import astream_pieces
+from ..workers import DaemonPool
 from .openapi import openapi_spec
 
 if TYPE_CHECKING:
@@ -51,6 +53,10 @@ DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 #: what answers without the API key: the page, the health check and the API description
 PUBLIC_PATHS = frozenset({"/", "/health", "/openapi.json"})
 MAX_JSON_DEPTH = 64
+#: pulls that download at once (more wait their turn)
+PULL_WORKERS = 2
+#: threads for the tokenizer routes
+TEXT_WORKERS = 2
 
 
 @dataclass
@@ -77,6 +83,14 @@ class ServerContext:
     routes: frozenset[str] = frozenset()
     #: the request queue (server.queue.GenerationQueue), set when the server starts
     queue: Any = None
+    #: manifest URLs a client may make the server pull from beyond public https hosts (shell patterns)
+    allow_pull_urls: tuple[str, ...] = ()
+    #: pulls run here (a few at once), never on the tokenizer routes' threads or the IOLoop
+    pulls: DaemonPool = field(default_factory=lambda: DaemonPool("mnn-engine-pull", PULL_WORKERS))
+    #: the stop events of the running pulls (set when the server stops)
+    pull_stops: set[threading.Event] = field(default_factory=set)
+    #: the tokenizer routes' work (tokenize, detokenize, templates), off the IOLoop
+    text_work: DaemonPool = field(default_factory=lambda: DaemonPool("mnn-engine-text", TEXT_WORKERS))
 
 
 def is_loopback_host(host: str) -> bool:
@@ -140,9 +154,13 @@ class JsonHandler(tornado.web.RequestHandler):
                 raise MnnEngineError("unauthorized", "missing or wrong API key (Authorization: Bearer <key>)")
 
     def send_json(self, data: Any, status: int = 200) -> None:
+        self.send_json_bytes(jsonutil.dumps(data), status)
+
+    def send_json_bytes(self, body: bytes, status: int = 200) -> None:
+        """An answer already serialised (off the IOLoop, for big ones)."""
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
-        self.finish(jsonutil.dumps(data))
+        self.finish(body)
 
     def on_finish(self) -> None:
         if self.ctx.metrics is not None:

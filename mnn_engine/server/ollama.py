@@ -17,6 +17,8 @@ import asyncio
 import base64
 import hashlib
 import json
+import logging
+import threading
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -26,11 +28,14 @@ from tornado.ioloop import IOLoop
 
 from .. import jsonutil
 from ..errors import MnnEngineError, invalid
+from ..hub.sources import UrlPolicy
 from ..llm import GenerationResult
 from ..openai_api import ChatRequest, ImagePolicy, OutputParser, parse_chat_request, prompt_opens_thinking
 from ..streaming import astream_pieces
 from .app import BodyHandler, JsonHandler, active_model_name, error_body, model_capabilities
 from .embeddings import dimensions_field, shortened
+
+log = logging.getLogger("mnn_engine.server")
 
 #: the Ollama API version these routes follow
 OLLAMA_VERSION = "0.9.0"
@@ -352,17 +357,31 @@ class PullHandler(OllamaBodyHandler):
         if ":" in spec and not spec.startswith(("hf:", "modelscope:", "http://", "https://")):
             spec = spec.replace(":", "-")
         stream = _stream_flag(body)
+        #: keep pulling when the client leaves (else its pull stops at the next chunk, its bytes kept)
+        self._background = body.get("background") is True
         loop = IOLoop.current()
         progress: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
 
         def report(done: int, total: int, _name: str) -> None:
             loop.add_callback(progress.put_nowait, (done, total))
 
-        future = loop.run_in_executor(None, lambda: self.ctx.engine.pull(spec, progress=report))
-        if not stream:
-            info = await future
-            self.send_json({"status": "success", "model": info.id})
-            return
+        # a client names the URL: it may reach public https hosts only, unless the operator allows more
+        policy = UrlPolicy(public_only=True, allowed=self.ctx.allow_pull_urls)
+        self._stop = threading.Event()
+        self.ctx.pull_stops.add(self._stop)
+        try:
+            future = asyncio.wrap_future(self.ctx.pulls.submit(
+                lambda: self.ctx.engine.pull(spec, progress=report, policy=policy, stop=self._stop)))
+            if not stream:
+                info = await future
+                self.send_json({"status": "success", "model": info.id})
+                return
+            await self._stream_pull(spec, future, progress)
+        finally:
+            self.ctx.pull_stops.discard(self._stop)
+
+    async def _stream_pull(self, spec: str, future: asyncio.Future[Any], progress: asyncio.Queue[Any]) -> None:
+        """Ollama's NDJSON progress; every failure ends it with an error object and its HTTP status."""
         self.set_header("Content-Type", "application/x-ndjson")
         await self.send_line({"status": "pulling manifest"})
         last = 0.0
@@ -377,13 +396,23 @@ class PullHandler(OllamaBodyHandler):
                                       "completed": done})
         try:
             info = future.result()
-        except MnnEngineError as exc:
-            await self.send_line({"error": exc.message, "code": exc.code})
+        except Exception as exc:  # any failure, expected or not, ends the stream with an error
+            error = exc if isinstance(exc, MnnEngineError) else MnnEngineError("internal_error", "the pull failed "
+                                                                              "unexpectedly (see the server log)")
+            if not isinstance(exc, MnnEngineError):
+                log.error("pull of %s failed", spec, exc_info=exc)
+            await self.send_line({"error": error.message, "code": error.code, "http_status": error.kind.http_status})
         else:
             await self.send_line({"status": "verifying sha256 digest"})
             await self.send_line({"status": "success", "model": info.id})
         if not self._closed:
             self.finish()
+
+    def on_connection_close(self) -> None:
+        super().on_connection_close()
+        stop = getattr(self, "_stop", None)
+        if stop is not None and not getattr(self, "_background", False):
+            stop.set()
 
 
 class EmbedHandler(OllamaBodyHandler):

@@ -154,7 +154,7 @@ def _url(sockets: list[socket.socket], host: str) -> str:
 async def _start(engine: Engine, host: str, port: int, api_key: str | None, max_body_bytes: int,
                  allow_file_urls: bool, sockets: list[socket.socket] | None = None,
                  cors_origins: Sequence[str] = (), access_log: bool = False, queue: int = 0,
-                 queue_timeout: float = DEFAULT_QUEUE_TIMEOUT) -> RunningServer:
+                 queue_timeout: float = DEFAULT_QUEUE_TIMEOUT, allow_pull_urls: Sequence[str] = ()) -> RunningServer:
     if api_key is not None and not api_key.strip():
         raise MnnEngineError("invalid_argument", "the API key is empty (None serves without authentication)",
                              param="api_key")
@@ -170,7 +170,8 @@ async def _start(engine: Engine, host: str, port: int, api_key: str | None, max_
         raise
     ctx = ServerContext(engine, api_key=api_key, max_body_bytes=max_body_bytes,
                         allow_file_urls=allow_file_urls, cors_origins=tuple(cors_origins),
-                        loopback_only=is_loopback_host(host), access_log=access_log, metrics=Metrics(engine))
+                        loopback_only=is_loopback_host(host), access_log=access_log, metrics=Metrics(engine),
+                        allow_pull_urls=tuple(allow_pull_urls))
     try:
         ctx.queue = GenerationQueue(engine, queue, queue_timeout, on_timeout=ctx.metrics.queue_timeouts.inc)
     except MnnEngineError:
@@ -196,6 +197,8 @@ async def _stop(server: RunningServer) -> None:
     ctx.engine._server_transition("stopping", server.url)
     for handler in list(ctx.active):
         handler.cancel()
+    for stop in list(ctx.pull_stops):  # pulls end at their next chunk; their daemon threads never hold the exit
+        stop.set()
     deadline = asyncio.get_running_loop().time() + STOP_GRACE_SECONDS
     while ctx.active and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.01)
@@ -214,13 +217,14 @@ def serve_forever(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAU
                   api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                   allow_file_urls: bool = False, on_ready: Any = None,
                   sockets: list[socket.socket] | None = None, cors_origins: Sequence[str] = (),
-                  access_log: bool = False, queue: int = 0, queue_timeout: float = DEFAULT_QUEUE_TIMEOUT) -> None:
+                  access_log: bool = False, queue: int = 0, queue_timeout: float = DEFAULT_QUEUE_TIMEOUT,
+                  allow_pull_urls: Sequence[str] = ()) -> None:
     """Serve until SIGINT or SIGTERM, then stop the server and unload the
     model. ``sockets``: already bound ones (``bind``), else host and port."""
 
     async def main() -> None:
         server = await _start(engine, host, port, api_key, max_body_bytes, allow_file_urls, sockets, cors_origins,
-                              access_log, queue, queue_timeout)
+                              access_log, queue, queue_timeout, allow_pull_urls)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(_stop(server)))
@@ -238,7 +242,7 @@ def start_background_server(engine: Engine, *, host: str = DEFAULT_HOST, port: i
                             api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                             allow_file_urls: bool = False, cors_origins: Sequence[str] = (),
                             access_log: bool = False, queue: int = 0,
-                            queue_timeout: float = DEFAULT_QUEUE_TIMEOUT) -> str:
+                            queue_timeout: float = DEFAULT_QUEUE_TIMEOUT, allow_pull_urls: Sequence[str] = ()) -> str:
     """Run the server on its own thread and event loop; returns its URL once
     it listens (or raises, e.g. ``port_in_use``)."""
     ready = threading.Event()
@@ -249,7 +253,7 @@ def start_background_server(engine: Engine, *, host: str = DEFAULT_HOST, port: i
             try:
                 server = await _start(engine, host, port, api_key, max_body_bytes, allow_file_urls,
                                       cors_origins=cors_origins, access_log=access_log, queue=queue,
-                                      queue_timeout=queue_timeout)
+                                      queue_timeout=queue_timeout, allow_pull_urls=allow_pull_urls)
             except BaseException as exc:
                 outcome["error"] = exc
                 ready.set()
