@@ -34,6 +34,7 @@ ERROR_CODES: dict[str, ErrorKind] = {
     "server_running": ErrorKind(409, "invalid_request_error", "Stop the server first."),
     "server_not_running": ErrorKind(409, "invalid_request_error", "The server is not running."),
     "server_stopping": ErrorKind(503, "server_error", "The server is stopping."),
+    "server_busy": ErrorKind(503, "server_error", "The server has no room for another such request now."),
     "port_in_use": ErrorKind(409, "invalid_request_error", "The address is already in use."),
     "unauthorized": ErrorKind(401, "authentication_error", "Missing or wrong API key."),
     "forbidden": ErrorKind(403, "permission_error",

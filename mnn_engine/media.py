@@ -27,7 +27,7 @@ _ANY_TAG = re.compile(r"</?(?:img|audio|video|hw)>", re.IGNORECASE)
 KINDS = ("img", "audio", "video")
 
 _lock = threading.Lock()
-_registered: Counter[str] = Counter()
+_registered: Counter[tuple[str, str]] = Counter()  # (kind, path)
 
 
 def neutralize(text: str) -> str:
@@ -57,10 +57,10 @@ def guard(text: str) -> str:
 def _registered_tags() -> re.Pattern[str] | None:
     """A pattern of the exact tags of the registered files (None: none is registered)."""
     with _lock:
-        paths = [path for path, count in _registered.items() if count > 0]
-    if not paths:
+        tags = [tag(kind, path) for (kind, path), count in _registered.items() if count > 0]
+    if not tags:
         return None
-    return re.compile("|".join(re.escape(tag(kind, path)) for path in paths for kind in KINDS))
+    return re.compile("|".join(re.escape(t) for t in tags))
 
 
 def has_media(text: str) -> bool:
@@ -74,29 +74,32 @@ def tag(kind: str, path: str) -> str:
     return f"<{kind}>{path}</{kind}>"
 
 
-def register(path: str | os.PathLike[str]) -> None:
-    """Allow tags naming ``path`` until ``unregister``; counted, so two users of one file are fine."""
+def register(path: str | os.PathLike[str], kind: str = "img") -> None:
+    """Allow ``<kind>PATH</kind>`` until ``unregister``; counted, so two users of one file are fine."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}")
     with _lock:
-        _registered[os.fspath(path)] += 1
+        _registered[(kind, os.fspath(path))] += 1
 
 
-def unregister(path: str | os.PathLike[str]) -> None:
+def unregister(path: str | os.PathLike[str], kind: str = "img") -> None:
     with _lock:
-        key = os.fspath(path)
+        key = (kind, os.fspath(path))
         _registered[key] -= 1
         if _registered[key] <= 0:
             del _registered[key]
 
 
 @contextlib.contextmanager
-def trusted(*paths: str | os.PathLike[str]) -> Iterator[None]:
-    """Within the block, ``<img>PATH</img>`` (or ``<audio>``) tags naming these
-    files reach MNN as tags (the Python API's way to give a vision model a
-    picture: ``with media.trusted(p): llm.generate(f"<img>{p}</img>...")``)."""
+def trusted(*paths: str | os.PathLike[str], kind: str = "img") -> Iterator[None]:
+    """Within the block, ``<img>PATH</img>`` tags (``kind="audio"``:
+    ``<audio>``) naming these files reach MNN as tags: the Python API's way
+    to give a multimodal model a file, ``with media.trusted(p):
+    llm.generate(f"<img>{p}</img>What is this?")``."""
     for path in paths:
-        register(path)
+        register(path, kind)
     try:
         yield
     finally:
         for path in paths:
-            unregister(path)
+            unregister(path, kind)

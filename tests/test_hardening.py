@@ -4,9 +4,13 @@ Each test failed before its fix."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -319,3 +323,105 @@ def test_trickling_pulls_do_not_hold_the_tokenizer_routes(tmp_path_factory, hub,
     for thread in pulls:
         thread.join(10)
         assert not thread.is_alive()
+
+
+# ---------------------------------------------------------------- 8, 14: what Tornado answers and logs
+auth_server = _server_fixture("tiny", api_key="s3cret-key", max_body_bytes=64 * 1024)
+
+
+def _raw(server, payload: bytes, timeout: float = 10.0) -> bytes:
+    with socket.create_connection((server.host, server.port), timeout=timeout) as conn:
+        conn.sendall(payload)
+        chunks = []
+        with contextlib.suppress(ConnectionResetError, TimeoutError):
+            while chunk := conn.recv(65536):
+                chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _json_answer(raw: bytes) -> tuple[int, dict]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+@pytest.mark.parametrize("request_bytes, status", [
+    (b"Content-Length: abc\r\n\r\n{}", 400),
+    (b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", 400),
+    (b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400),
+    (b"Transfer-Encoding: chunked\r\n\r\n" + (b"8000\r\n" + b"x" * 0x8000 + b"\r\n") * 6 + b"0\r\n\r\n", 413),
+])
+def test_requests_tornado_refuses_get_a_json_error(auth_server, request_bytes, status):
+    head = b"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer s3cret-key\r\n"
+    got, body = _json_answer(_raw(auth_server, head + request_bytes))
+    assert got == status and body["error"]["code"] in ("invalid_argument", "payload_too_large"), body
+    assert body["error"]["message"].startswith("malformed HTTP request")
+
+
+def test_headers_over_the_limit_close_the_connection_unanswered(auth_server):
+    """Pinned: Tornado's IOStream closes the connection itself once the
+    headers pass 64 KiB, before any of our code can answer (http_server.py)."""
+    raw = _raw(auth_server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n")
+    assert raw == b""
+
+
+def test_no_log_line_carries_the_api_key(auth_server, caplog):
+    caplog.set_level(logging.DEBUG)
+    for header in (b"Authorization: Bearer s3cret-key\x00", b"Authorization: Bearer s3cret-key\x01x",
+                   b"X-Key: \"s3cret-key\"\r\n bad fold"):
+        _raw(auth_server, b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n" + header + b"\r\n\r\n")
+    time.sleep(0.2)
+    assert any("Malformed HTTP message" in r.getMessage() for r in caplog.records)
+    assert not [r.getMessage() for r in caplog.records if "s3cret" in r.getMessage()]
+
+
+# ---------------------------------------------------------------- 9, 10: limits that locked everyone out
+def test_slowloris_and_idle_subscribers_do_not_lock_out_chats(tmp_path_factory):
+    live = Live(tmp_path_factory.mktemp("lockout"), "tiny-scripted")
+    held: list[socket.socket] = []
+    try:
+        for _ in range(400):  # headers started, never finished
+            conn = socket.create_connection((live.host, live.port), timeout=10)
+            conn.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            held.append(conn)
+        for _ in range(260):
+            conn = socket.create_connection((live.host, live.port), timeout=10)
+            conn.sendall(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            held.append(conn)
+        time.sleep(0.5)
+        for _ in range(3):
+            status, _, body = live.post_json({"messages": CHAT, "max_tokens": 4})
+            assert status == 200, body
+            assert live.request("GET", "/health")[0] == 200
+    finally:
+        for conn in held:
+            conn.close()
+        live.close()
+
+
+def test_a_subscriber_that_does_not_read_is_dropped_and_events_are_serialised_once():
+    from mnn_engine.server.events import BUFFERED_FRAMES, MAX_SUBSCRIBERS, EventFanout
+    from mnn_engine.state import EventStream
+
+    async def scenario():
+        events = EventStream()
+        fanout = EventFanout(events, asyncio.get_running_loop())
+        dropped = []
+        stalled = fanout.subscribe(lambda: dropped.append(1))
+        reader = fanout.subscribe(lambda: dropped.append(2))
+        for i in range(BUFFERED_FRAMES + 1):
+            events.emit("generation", "running", n=i)
+            await asyncio.sleep(0)
+            await reader.get()
+        await asyncio.sleep(0)
+        assert dropped == [1] and fanout.dropped == 1 and stalled not in fanout.subscribers
+        events.emit("generation", "idle")
+        await asyncio.sleep(0.01)
+        assert reader.qsize() == 1
+        for _ in range(MAX_SUBSCRIBERS - 1):  # the cap: 260 idle subscribers once held every connection
+            fanout.subscribe(lambda: None)
+        with pytest.raises(MnnEngineError) as err:
+            fanout.subscribe(lambda: None)
+        assert err.value.code == "server_busy"
+        fanout.close()
+
+    asyncio.run(scenario())

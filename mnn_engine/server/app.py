@@ -89,6 +89,8 @@ class ServerContext:
     pulls: DaemonPool = field(default_factory=lambda: DaemonPool("mnn-engine-pull", PULL_WORKERS))
     #: the stop events of the running pulls (set when the server stops)
     pull_stops: set[threading.Event] = field(default_factory=set)
+    #: /events' fan-out (server.events.EventFanout), set when the server starts
+    events: Any = None
     #: the tokenizer routes' work (tokenize, detokenize, templates), off the IOLoop
     text_work: DaemonPool = field(default_factory=lambda: DaemonPool("mnn-engine-text", TEXT_WORKERS))
 

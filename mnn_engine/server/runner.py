@@ -18,11 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tornado.httpserver import HTTPServer
+from tornado.iostream import IOStream
 from tornado.netutil import bind_sockets
 
 from ..errors import MnnEngineError
 from .app import DEFAULT_MAX_BODY_BYTES, ServerContext, is_loopback_host
+from .events import EventFanout
+from .http_server import ApiHTTPServer
 from .metrics import Metrics
 from .queue import GenerationQueue
 from .routes import make_app
@@ -40,12 +42,14 @@ STOP_GRACE_SECONDS = 10.0
 MAX_CONNECTIONS = 256
 FDS_KEPT_FREE = 24  # for the model's files, logs, the scratch directory, the first-touch child
 ACCEPT_PAUSE_SECONDS = 0.5
+#: one client address holds at most this share of the connections (1/4)
+PER_CLIENT_SHARE = 4
 
 
 @dataclass
 class RunningServer:
     ctx: ServerContext
-    http: HTTPServer
+    http: ApiHTTPServer
     url: str
     loop: asyncio.AbstractEventLoop
     listeners: list[Listener]
@@ -67,19 +71,19 @@ class Listener:
     Tornado's own accept loop raises on EMFILE and the IOLoop then retries
     at once, forever (98 % CPU and a traceback per try). Here, when the
     process is out of file descriptors, accepting pauses for a moment and
-    the condition is logged once; connections beyond ``limit`` are closed at
-    once (the client sees a reset) rather than exhausting descriptors."""
+    the condition is logged once. A connection that finds the server full
+    closes the oldest idle one (``ApiHTTPServer.admit``); only when every
+    connection is busy is the new one closed at once (the client sees a
+    reset). Accepted sockets go to the server through ``handle_stream``,
+    TCPServer's public hook, as Tornado's own accept loop hands them."""
 
-    def __init__(self, sock: socket.socket, http: HTTPServer, limit: int) -> None:
-        self.sock, self.http, self.limit = sock, http, limit
+    def __init__(self, sock: socket.socket, http: ApiHTTPServer) -> None:
+        self.sock, self.http = sock, http
         self.loop = asyncio.get_running_loop()
         self.paused = False
         self.refused = 0
         sock.setblocking(False)
         self.loop.add_reader(sock.fileno(), self._accept)
-
-    def _open_connections(self) -> int:
-        return len(getattr(self.http, "_connections", ()))
 
     def _accept(self) -> None:
         for _ in range(64):
@@ -97,20 +101,23 @@ class Listener:
             if self.paused:
                 self.paused = False
                 log.warning("accepting connections again (%d refused over the limit meanwhile)", self.refused)
-            if self._open_connections() >= self.limit:
+            if not self.http.admit(address):
                 if self.refused == 0:
-                    log.warning("%d connections are open, the most this process serves; closing new ones",
-                                self.limit)
+                    log.warning("%d connections are open and busy, the most this process serves; closing new ones",
+                                self.http.limit)
                 self.refused += 1
                 conn.close()
                 continue
             self.refused = 0
-            self.http._handle_connection(conn, address)  # what Tornado's own accept loop calls
+            conn.setblocking(False)
+            stream = IOStream(conn, max_buffer_size=self.http.max_buffer_size,
+                              read_chunk_size=self.http.read_chunk_size)
+            self.http.handle_stream(stream, address)
 
     def _pause(self, exc: OSError) -> None:
         if not self.paused:
             log.error("out of file descriptors (%s): pausing accepts; %d connections open", exc.strerror,
-                      self._open_connections())
+                      self.http.open_connections)
         self.paused = True
         self.loop.remove_reader(self.sock.fileno())
         self.loop.call_later(ACCEPT_PAUSE_SECONDS, self._resume)
@@ -179,9 +186,11 @@ async def _start(engine: Engine, host: str, port: int, api_key: str | None, max_
         engine._server_transition("stopped")
         raise
     ctx.metrics.queue = ctx.queue
-    http = HTTPServer(make_app(ctx), max_body_size=2 * max_body_bytes + 1, idle_connection_timeout=120)
+    ctx.events = EventFanout(engine.events, asyncio.get_running_loop())
     limit = connection_limit()
-    listeners = [Listener(sock, http, limit) for sock in sockets]
+    http = ApiHTTPServer(make_app(ctx), limit=limit, per_client=max(4, limit // PER_CLIENT_SHARE),
+                         body_limit=max_body_bytes)
+    listeners = [Listener(sock, http) for sock in sockets]
     url = _url(sockets, host)
     engine._server_transition("running", url)
     log.info("serving %s at %s", engine.active_model_id or "a model", url)
@@ -206,6 +215,7 @@ async def _stop(server: RunningServer) -> None:
         listener.close()
     await server.http.close_all_connections()
     ctx.metrics.close()
+    ctx.events.close()
     ctx.engine._server_transition("stopped")
     log.info("server stopped")
     if server.stopped is not None:
