@@ -425,3 +425,13 @@ def test_a_subscriber_that_does_not_read_is_dropped_and_events_are_serialised_on
         fanout.close()
 
     asyncio.run(scenario())
+
+
+# ---------------------------------------------------------------- 6: Ollama's earlier tool calls
+@pytest.mark.parametrize("calls", [[{"function": "x"}], 5, [1], [{"function": {"arguments": {}}}]])
+def test_malformed_ollama_tool_calls_are_400_naming_the_field(server, calls):
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": calls}]
+    status, _, raw = server.request("POST", "/api/chat", json.dumps({"model": "tiny", "messages": messages,
+                                                                     "stream": False}))
+    body = json.loads(raw)
+    assert status == 400 and body["code"] == "invalid_argument" and "tool_calls" in body["error"], body

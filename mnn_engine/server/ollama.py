@@ -88,7 +88,7 @@ def _openai_messages(messages: Any) -> Any:
     if not isinstance(messages, list):
         return messages  # the parser says what is wrong
     out = []
-    for message in messages:
+    for index, message in enumerate(messages):
         if not isinstance(message, Mapping):
             out.append(message)
             continue
@@ -104,13 +104,19 @@ def _openai_messages(messages: Any) -> Any:
         if calls is not None and not isinstance(calls, list):
             raise invalid("tool_calls", "'tool_calls' must be a list")
         if calls:
-            converted["tool_calls"] = [
-                {"type": "function", "function": {"name": (c.get("function") or {}).get("name"),
-                                                  "arguments": json.dumps((c.get("function") or {}).get("arguments",
-                                                                                                        {}))}}
-                for c in calls if isinstance(c, Mapping)]
+            converted["tool_calls"] = [_tool_call(call, f"messages[{index}].tool_calls[{i}]")
+                                       for i, call in enumerate(calls)]
         out.append(converted)
     return out
+
+
+def _tool_call(call: Any, where: str) -> dict[str, Any]:
+    """An earlier tool call of Ollama's shape, ``{"function": {"name", "arguments"}}``, in OpenAI's."""
+    function = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+        raise invalid("tool_calls", f"{where} must be {{\"function\": {{\"name\": ..., \"arguments\": {{...}}}}}}")
+    return {"type": "function", "function": {"name": function["name"],
+                                             "arguments": json.dumps(function.get("arguments", {}))}}
 
 
 def _durations(result: GenerationResult, started: float) -> dict[str, Any]:
