@@ -91,6 +91,7 @@ else
   mkdir -p "$xwork/src/subprojects/MNN"
   git ls-files -co --exclude-standard -z | tar --null -T - -c | tar -x -C "$xwork/src"
   tar -xzf "$VENDOR/MNN-3.6.1.tar.gz" -C "$xwork/src/subprojects/MNN" --strip-components=1
+  tools/mnn/apply_patches.sh "$xwork/src/subprojects/MNN"
   # Debian's multiarch pyconfig.h includes <aarch64-linux-gnu/python3.11/pyconfig.h>: -idirafter finds it
   cat > "$xwork/cross.ini" <<EOF
 [binaries]

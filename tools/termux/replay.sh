@@ -172,6 +172,17 @@ termux_step_configure() {
 termux_step_make() { ninja -C "$TERMUX_PKG_BUILDDIR" -j "$TERMUX_MAKE_PROCESSES"; }
 termux_step_make_install() { ninja -C "$TERMUX_PKG_BUILDDIR" install; }
 
+# build-package.sh's own patch step: every *.patch of the package folder, -p1 in the source,
+# @TERMUX_PREFIX@ replaced (scripts/build/termux_step_patch_package.sh)
+termux_step_patch_package() {
+	local patch
+	for patch in "$TERMUX_PKG_BUILDER_DIR"/*.patch; do
+		[ -f "$patch" ] || continue
+		echo "Applying patch: $(basename "$patch")"
+		sed "s%@TERMUX_PREFIX@%$TERMUX_PREFIX%g" "$patch" | patch --silent -p1 -d "$TERMUX_PKG_SRCDIR"
+	done
+}
+
 # get_source NAME: a stand-in for termux_step_get_source
 get_source() {
 	case "$1" in
@@ -209,7 +220,7 @@ build_package() {
 		if [ -n "${TERMUX_PKG_PYTHON_COMMON_BUILD_DEPS:-}" ]; then termux_setup_python_pip; fi
 		(cd "$TERMUX_PREFIX" && find . \( -type f -o -type l \) | sort) > "$TERMUX_PKG_TMPDIR/before"
 		local fn
-		for fn in termux_step_post_get_source termux_step_pre_configure termux_step_configure \
+		for fn in termux_step_post_get_source termux_step_patch_package termux_step_pre_configure termux_step_configure \
 			termux_step_post_configure termux_step_make termux_step_make_install termux_step_post_make_install; do
 			if declare -F "$fn" >/dev/null; then
 				step "$name: $fn"
