@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -460,3 +461,43 @@ def test_the_termux_recipe_carries_the_same_mnn_patches():
     termux = sorted((REPO / "packaging" / "termux" / "mnn").glob("*.patch"))
     assert ours and [p.name for p in ours] == [p.name for p in termux]
     assert all(a.read_bytes() == b.read_bytes() for a, b in zip(ours, termux, strict=True))
+
+
+# ---------------------------------------------------------------- 4: SIGTERM with a pull stuck on a trickle
+def test_sigterm_ends_the_server_while_a_pull_trickles(tmp_path, hub, small_repo):
+    """A pull reading a byte every second once kept the process alive 40 s
+    after "server stopped" (the default executor is joined at exit)."""
+    hub.faults.chunk, hub.faults.delay_s = 1, 1.0
+    url = hub.add_manifest("m", small_repo)
+    env = {**os.environ, "MNN_ENGINE_HOME": str(tmp_path / "home")}
+    with socket.socket() as probe:  # a free port (the CLI takes 1-65535)
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "mnn_engine", "serve", str(test_model_dir("tiny")),
+                             "--port", str(free), "--threads", "1", "--allow-pull-url", hub.url + "/*"],
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = ""
+        while "serving" not in line:
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, "the server did not start"
+        base = line.rsplit(" at ", 1)[1].split()[0]
+        host, port = base.removeprefix("http://").rsplit(":", 1)
+        conn = socket.create_connection((host, int(port)), timeout=30)
+        body = json.dumps({"model": url, "stream": True}).encode()
+        conn.sendall(b"POST /api/pull HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        deadline = time.monotonic() + 30
+        while sum(path == "llm.mnn" for path, _ in hub.ranges) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.5)  # bytes are trickling
+        proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        proc.wait(timeout=20)
+        assert time.monotonic() - started < 10, "the process outlived SIGTERM"
+        assert proc.returncode == 0
+        conn.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
