@@ -9,7 +9,7 @@ The core API is :class:`Llm`::
 """
 
 from .errors import ERROR_CODES, MnnEngineError
-from .native_output import captured_native_output
+from .runtime.native_output import captured_native_output
 
 with captured_native_output():  # the engine prints CPU features when it loads
     try:
@@ -19,14 +19,30 @@ with captured_native_output():  # the engine prints CPU features when it loads
 
         raise ImportError(explain(__path__[0])) from exc
 
-from .build import backend_capabilities, build_info
-from .embedding import EmbeddingResult
-from .engine import Engine, LoadOptions
-from .llm import GenerationResult, Llm, ScoreResult, TokenLogprob
-from .models import ModelInfo, ModelStore, model_id_from_name
-from .sampling import GenerationConfig
-from .state import Event, LogEntry
+from .engine.engine import Engine, LoadOptions, install_server_launcher
+from .engine.events import Event, LogEntry
+from .runtime.build import backend_capabilities, build_info
+from .runtime.embedding import EmbeddingResult
+from .runtime.llm import GenerationResult, Llm, ScoreResult, TokenLogprob
+from .runtime.sampling import GenerationConfig
+from .store.layout import ModelInfo, model_id_from_name
+from .store.models import ModelStore
 from .version import __version__
+
+
+def _start_server(engine: Engine, **options: object) -> str:
+    from .server.runner import start_background_server  # tornado is imported when a server starts
+
+    return start_background_server(engine, **options)  # type: ignore[arg-type]
+
+
+def _stop_server(engine: Engine) -> None:
+    from .server.runner import stop_background_server
+
+    stop_background_server(engine)
+
+
+install_server_launcher((_start_server, _stop_server))
 
 __all__ = [
     "ERROR_CODES",

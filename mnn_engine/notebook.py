@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .engine.engine import Engine
 
 #: the catalog model the examples pull when the store is empty
 DEFAULT_MODEL = "qwen3-0.6b"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from support import test_model_dir
 
 from mnn_engine import Engine, LoadOptions, ModelStore
-from mnn_engine.bench import TUNE_MARGIN, bench, option_candidates, percentile, pick_best, thread_candidates
+from mnn_engine.cli.bench import TUNE_MARGIN, bench, option_candidates, percentile, pick_best, thread_candidates
 
 
 def run_cli(home, *args):

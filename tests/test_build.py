@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mnn_engine import MnnEngineError, _mnn, build
+from mnn_engine import MnnEngineError, _mnn
+from mnn_engine.runtime import build
 
 MAPS = """\
 55d0c0000000-55d0c0001000 r--p 00000000 fe:01 123 /usr/bin/python3.11

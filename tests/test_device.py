@@ -1,4 +1,4 @@
-"""Default thread counts from the device's CPU layout (mnn_engine.device),
+"""Default thread counts from the device's CPU layout (mnn_engine.runtime.device),
 on sysfs trees shaped like real phones' and on this machine."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mnn_engine import LoadOptions
-from mnn_engine.device import MAX_DEFAULT_THREADS, cpu_layout
+from mnn_engine.runtime.device import MAX_DEFAULT_THREADS, cpu_layout
 
 
 def _sysfs(root: Path, capacities: list[int] | None = None, max_freqs: list[int] | None = None) -> Path:

@@ -1,4 +1,4 @@
-"""Text embeddings (mnn_engine.embedding, Llm.embed) on the real MNN engine
+"""Text embeddings (mnn_engine.runtime.embedding, Llm.embed) on the real MNN engine
 with the tiny Qwen3-Embedding-shaped test model."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from support import cancelling, test_model_dir
 
 from mnn_engine import Llm, MnnEngineError
-from mnn_engine.embedding import MAX_INPUTS, embedding_inputs, template_wrap, vector_from
+from mnn_engine.runtime.embedding import MAX_INPUTS, embedding_inputs, template_wrap, vector_from
 
 END_OF_TEXT = 151643
 CONTEXT = 96

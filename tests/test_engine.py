@@ -12,7 +12,7 @@ import pytest
 from support import SCRIPTED_TEXT, cancelling, test_model_dir
 
 from mnn_engine import Engine, LoadOptions, MnnEngineError, ModelStore, backend_capabilities, build_info
-from mnn_engine.native_output import captured_native_output
+from mnn_engine.runtime.native_output import captured_native_output
 
 CHAT = [{"role": "user", "content": "hello there"}]
 
@@ -132,12 +132,12 @@ def test_rules_without_a_model(engine):
 
 def test_server_rules(engine):
     engine.load("scripted", threads=1)
-    engine._server_transition("running", "http://127.0.0.1:1")  # what the server does when it starts
+    engine.set_server_state("running", "http://127.0.0.1:1")  # what the server does when it starts
     assert _codes(engine.require_model_for_server) == "server_running"
     assert _codes(engine.unload) == "server_running"
     assert _codes(lambda: engine.load("tiny")) == "server_running"
     assert _codes(lambda: engine.store.delete("scripted")) == "model_in_use"
-    engine._server_transition("stopped")
+    engine.set_server_state("stopped")
     engine.unload()
     engine.store.delete("scripted")
 

@@ -1,5 +1,5 @@
 """Damaged model files give invalid_model and this process lives
-(mnn_engine.first_touch, mnn_engine.model_files, mnn_engine.mnn_graph)."""
+(mnn_engine.runtime.first_touch, mnn_engine.runtime.model_files, mnn_engine.runtime.mnn_graph)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from support import test_model_dir
 
 from mnn_engine import Llm, MnnEngineError, ModelStore
-from mnn_engine.first_touch import markers_dir
+from mnn_engine.runtime.first_touch import markers_dir
 
 FILES = ("llm.mnn", "llm.mnn.weight", "tokenizer.mtok", "llm_config.json", "config.json")
 

@@ -26,8 +26,9 @@ from support import REPO, test_model_dir
 from test_server import _server_fixture, sse_events
 
 import mnn_engine
-from mnn_engine import MnnEngineError, ModelStore, media, structured
-from mnn_engine.grammar_sandbox import GrammarSandbox
+from mnn_engine import MnnEngineError, ModelStore
+from mnn_engine.runtime import media, structured
+from mnn_engine.runtime.grammar_sandbox import GrammarSandbox
 
 server = _server_fixture("tiny")
 
@@ -69,15 +70,14 @@ def test_the_engine_compiles_on_a_stack_that_survives_what_crashed_it():
     child, so a crash fails this test and not the suite."""
     code = """
 import json, llguidance as ll
-import mnn_engine
-from mnn_engine import MnnEngineError, ModelStore, media, structured
-from mnn_engine.grammar_sandbox import _byte_tokenizer
+from mnn_engine.runtime import grammar
+from mnn_engine.runtime.grammar_sandbox import _byte_tokenizer
 tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
-tok = structured.make_tokenizer(ll, tokens, [256], _byte_tokenizer(tokens))
+tok = grammar.make_tokenizer(ll, tokens, [256], _byte_tokenizer(tokens))
 schema = {"type": "object", "properties": {}, "required": [f"r{i}" for i in range(30_000)]}
-grammar = ll.LLMatcher.grammar_from_json_schema(json.dumps(schema))
+text = ll.LLMatcher.grammar_from_json_schema(json.dumps(schema))
 try:
-    structured.compile_matcher(tok, grammar, "response_format")
+    grammar.compile_matcher(tok, text, "response_format")
 except Exception as exc:
     print("refused:", exc.message)
 """
@@ -402,8 +402,8 @@ def test_slowloris_and_idle_subscribers_do_not_lock_out_chats(tmp_path_factory):
 
 
 def test_a_subscriber_that_does_not_read_is_dropped_and_events_are_serialised_once():
+    from mnn_engine.engine.events import EventStream
     from mnn_engine.server.events import BUFFERED_FRAMES, MAX_SUBSCRIBERS, EventFanout
-    from mnn_engine.state import EventStream
 
     async def scenario():
         events = EventStream()

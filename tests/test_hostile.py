@@ -19,7 +19,7 @@ from support import test_model_dir
 from test_server import KEY, Live, _server_fixture
 
 from mnn_engine import Llm, MnnEngineError, ModelStore
-from mnn_engine.openai_api import WORD_JOINER, ImagePolicy, parse_chat_request
+from mnn_engine.api.openai_chat import WORD_JOINER, ImagePolicy, parse_chat_request
 from mnn_engine.scratch import scratch_dir, scratch_root
 from mnn_engine.server.app import PUBLIC_PATHS
 
@@ -70,7 +70,7 @@ def test_adversarial_text_tokenizes_to_what_fits_or_is_refused(tiny, text):
 @given(st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=400))
 def test_segmented_tokenizing_is_exact_on_ordinary_text(tiny, text):
     """Words of ordinary length: the segments give MNN's own tokenization."""
-    from mnn_engine.tokenizing import segments
+    from mnn_engine.runtime.tokenizing import segments
 
     with tiny._using() as core:
         whole = core.tokenize(text)
@@ -321,7 +321,7 @@ def test_scratch_directories_of_dead_processes_are_cleaned():
 SERVE_LOW_FDS = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-from mnn_engine.cli import main
+from mnn_engine.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 

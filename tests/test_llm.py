@@ -87,7 +87,7 @@ def test_result_stats(scripted, chat):
 # ---------------------------------------------------------------- determinism and seeds
 def test_a_generation_cancelled_before_its_prefill_reports_what_the_loop_reports(scripted, chat):
     from mnn_engine import GenerationConfig
-    from mnn_engine.llm import _cancelled_raw
+    from mnn_engine.runtime.llm import _cancelled_raw
 
     params = GenerationConfig(temperature=0).resolved(scripted.sampling_defaults, scripted.vocab_size)
     with scripted._exclusive() as core:

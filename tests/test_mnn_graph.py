@@ -1,4 +1,4 @@
-"""The Python reader of MNN graph files (mnn_engine.mnn_graph)."""
+"""The Python reader of MNN graph files (mnn_engine.runtime.mnn_graph)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import REPO, test_model_dir
 
-from mnn_engine import mnn_graph
-from mnn_engine.mnn_graph import GraphError, read_graph, read_output_names
+from mnn_engine.runtime import mnn_graph
+from mnn_engine.runtime.mnn_graph import GraphError, read_graph, read_output_names
 
 SCHEMA = REPO / "subprojects" / "MNN" / "schema" / "default"
 

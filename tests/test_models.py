@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from support import test_model_dir
 
 from mnn_engine import MnnEngineError, ModelStore, model_id_from_name
-from mnn_engine.model_files import validate_model_dir
-from mnn_engine.models import store_root
+from mnn_engine.runtime.model_files import validate_model_dir
+from mnn_engine.store.models import store_root
 
 SLUG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
@@ -269,7 +269,7 @@ def test_resolve_ids_and_paths(store):
 
 
 def test_cache_is_emptied_when_the_model_changes(tmp_path):
-    from mnn_engine.models import prepare_cache
+    from mnn_engine.store.models import prepare_cache
 
     model = _fake_model(tmp_path / "m", GOOD)
     cache = tmp_path / "cache"
@@ -283,8 +283,8 @@ def test_cache_is_emptied_when_the_model_changes(tmp_path):
 
 
 def test_cache_is_emptied_when_the_engine_build_or_cpu_changes(tmp_path):
-    from mnn_engine.build import engine_identity
-    from mnn_engine.models import prepare_cache
+    from mnn_engine.runtime.build import engine_identity
+    from mnn_engine.store.models import prepare_cache
 
     model = _fake_model(tmp_path / "m", GOOD)
     cache = tmp_path / "cache"
@@ -305,7 +305,7 @@ def test_cache_is_emptied_when_the_engine_build_or_cpu_changes(tmp_path):
 
 
 def test_cpu_kernel_features_from_cpuinfo():
-    from mnn_engine.build import cpu_kernel_features
+    from mnn_engine.runtime.build import cpu_kernel_features
 
     x86 = "processor\t: 0\nflags\t\t: fpu sse4_1 avx avx2 fma avx512f avx512_vnni ht\n"
     arm = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes asimdhp asimddp i8mm sve\n"
@@ -315,7 +315,7 @@ def test_cpu_kernel_features_from_cpuinfo():
 
 
 def test_cache_stamp_follows_the_files_the_config_names(tmp_path):
-    from mnn_engine.models import prepare_cache
+    from mnn_engine.store.models import prepare_cache
 
     files = {"graph.mnn": b"g", "weights.bin": b"w", "tok.txt": b"t"}
     model = _fake_model(tmp_path / "m", {"llm_model": "graph.mnn", "llm_weight": "weights.bin",

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mnn_engine import MnnEngineError
-from mnn_engine.openai_api import (
+from mnn_engine.api.openai_chat import (
     ImagePolicy,
     OutputParser,
     message_from,

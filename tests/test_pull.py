@@ -20,7 +20,7 @@ from support import SCRIPTED_TEXT, test_model_dir
 
 from mnn_engine import Engine, Llm, MnnEngineError, ModelStore
 from mnn_engine.hub import sources
-from mnn_engine.hub.pull import DISK_RESERVE
+from mnn_engine.store.pull import DISK_RESERVE
 
 CATALOG_REPO = "taobao-mnn/Qwen3-0.6B-MNN"  # the catalog's qwen3-0.6b
 FAST = {"backoff": (0.01,)}

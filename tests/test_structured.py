@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from live_server import Live
 from support import test_model_dir
 
-from mnn_engine import MnnEngineError, structured
+from mnn_engine import MnnEngineError
+from mnn_engine.runtime import structured
 
 CHAT = [{"role": "user", "content": "Describe a person."}]
 WEATHER = {"type": "function", "function": {

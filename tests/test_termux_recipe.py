@@ -135,7 +135,7 @@ def test_the_recipes_build_the_pinned_mnn_and_link_against_it():
 
 
 def test_backend_subpackages_hold_the_libraries_mnn_engine_loads():
-    from mnn_engine.build import BACKEND_LIBRARIES
+    from mnn_engine.runtime.build import BACKEND_LIBRARIES
 
     python = (RECIPE / "build.sh").read_text()
     for backend, library in BACKEND_LIBRARIES.items():

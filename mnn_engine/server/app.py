@@ -1,7 +1,7 @@
 """The Tornado application: routes, authentication, errors, SSE streaming.
 
 Everything here runs on one IOLoop. Generations run on the engine's
-generation thread; their pieces come back through ``mnn_engine.streaming``
+generation thread; their pieces come back through ``mnn_engine.runtime.streaming``
 (``call_soon_threadsafe``), so the loop never waits on the engine and /health, 429 and 503 answer at once.
 """
 
@@ -24,10 +24,7 @@ import tornado.web
 from tornado.iostream import StreamClosedError
 
 from .. import __version__, jsonutil
-from ..embedding import EmbeddingResult
-from ..errors import ERROR_CODES, MnnEngineError
-from ..llm import GenerationResult
-from ..openai_api import (
+from ..api.openai_chat import (
     ChatRequest,
     Completion,
     Delta,
@@ -40,12 +37,15 @@ from ..openai_api import (
     parse_chat_request,
     prompt_opens_thinking,
 )
-from ..streaming import astream_pieces
+from ..errors import ERROR_CODES, MnnEngineError
+from ..runtime.embedding import EmbeddingResult
+from ..runtime.llm import GenerationResult
+from ..runtime.streaming import astream_pieces
 from ..workers import DaemonPool
 from .openapi import openapi_spec
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine.protocol import ServedEngine
 
 log = logging.getLogger("mnn_engine.server")
 
@@ -63,7 +63,7 @@ TEXT_WORKERS = 2
 class ServerContext:
     """What the handlers share."""
 
-    engine: Engine
+    engine: ServedEngine
     api_key: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     allow_file_urls: bool = False
@@ -227,7 +227,7 @@ class IndexHandler(JsonHandler):
         self.finish(page)
 
 
-def model_capabilities(engine: Engine) -> list[str]:
+def model_capabilities(engine: ServedEngine) -> list[str]:
     """What the loaded model can do, as Ollama names it: completion, tools,
     thinking (its chat template knows <think>), vision; or embedding."""
     if engine.llm.kind == "embedding":
@@ -242,7 +242,7 @@ def model_capabilities(engine: Engine) -> list[str]:
     return capabilities
 
 
-def active_model_name(engine: Engine) -> str | None:
+def active_model_name(engine: ServedEngine) -> str | None:
     """The name clients see: the store ID, else the model directory's name."""
     snap = engine.snapshot()["model"]
     if snap["state"] != "loaded":
@@ -449,7 +449,7 @@ class ChatCompletionsHandler(BodyHandler):
         finally:
             request.cleanup()
 
-    async def _complete(self, engine: Engine, model: str, request: ChatRequest) -> None:
+    async def _complete(self, engine: ServedEngine, model: str, request: ChatRequest) -> None:
         # The chat template and the tokenizer run on the generation thread,
         # never here; the rendered prompt comes back through on_prompt (the
         # parser needs to know whether the template opened a <think> block).

@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..api.openai_chat import SAMPLING_FIELDS, Completion, bad, boolean_field, finite_logprob
 from ..errors import MnnEngineError
-from ..llm import GenerationResult, TokenLogprob
-from ..openai_api import SAMPLING_FIELDS, Completion, bad, boolean_field, finite_logprob
-from ..streaming import astream_pieces
+from ..runtime.llm import GenerationResult, TokenLogprob
+from ..runtime.streaming import astream_pieces
 from .app import BodyHandler, error_body
 
 #: OpenAI's default for this route

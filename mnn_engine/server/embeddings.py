@@ -13,7 +13,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-from ..openai_api import bad
+from ..api.openai_chat import bad
 from .app import BodyHandler
 
 

@@ -23,7 +23,7 @@ from ..errors import MnnEngineError
 from .app import JsonHandler
 
 if TYPE_CHECKING:
-    from ..state import Event, EventStream
+    from ..engine.events import Event, EventStream
 
 #: a comment line this often keeps proxies from closing an idle stream
 HEARTBEAT_S = 15.0

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 if TYPE_CHECKING:
-    from ..engine import Engine
-    from ..state import Event
+    from ..engine.events import Event
+    from ..engine.protocol import ServedEngine
 
 from ..errors import MnnEngineError
 from .app import JsonHandler
@@ -35,7 +35,7 @@ def _rss_bytes() -> float:
 class Metrics:
     """The server's counters; fed by its handlers and by the engine's events."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: ServedEngine) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("mnn_engine_http_requests", "HTTP requests by route and status", ["route", "status"],

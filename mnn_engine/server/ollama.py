@@ -27,11 +27,11 @@ from typing import Any
 from tornado.ioloop import IOLoop
 
 from .. import jsonutil
+from ..api.openai_chat import ChatRequest, ImagePolicy, OutputParser, parse_chat_request, prompt_opens_thinking
 from ..errors import MnnEngineError, invalid
 from ..hub.sources import UrlPolicy
-from ..llm import GenerationResult
-from ..openai_api import ChatRequest, ImagePolicy, OutputParser, parse_chat_request, prompt_opens_thinking
-from ..streaming import astream_pieces
+from ..runtime.llm import GenerationResult
+from ..runtime.streaming import astream_pieces
 from .app import BodyHandler, JsonHandler, active_model_name, error_body, model_capabilities
 from .embeddings import dimensions_field, shortened
 

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 from ..errors import MnnEngineError
 
 if TYPE_CHECKING:
-    from ..engine import Engine
-    from ..state import Event
+    from ..engine.events import Event
+    from ..engine.protocol import ServedEngine
 
 
 class GenerationQueue:
-    def __init__(self, engine: Engine, limit: int = 0, timeout: float = 60.0,
+    def __init__(self, engine: ServedEngine, limit: int = 0, timeout: float = 60.0,
                  on_timeout: Callable[[], Any] = lambda: None) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise MnnEngineError("invalid_argument", f"queue must be a whole number >= 0 (got {limit!r})",

@@ -30,7 +30,7 @@ from .queue import GenerationQueue
 from .routes import make_app
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine.protocol import ServedEngine
 
 log = logging.getLogger("mnn_engine.server")
 
@@ -158,7 +158,7 @@ def _url(sockets: list[socket.socket], host: str) -> str:
     return f"http://{shown}:{port}"
 
 
-async def _start(engine: Engine, host: str, port: int, api_key: str | None, max_body_bytes: int,
+async def _start(engine: ServedEngine, host: str, port: int, api_key: str | None, max_body_bytes: int,
                  allow_file_urls: bool, sockets: list[socket.socket] | None = None,
                  cors_origins: Sequence[str] = (), access_log: bool = False, queue: int = 0,
                  queue_timeout: float = DEFAULT_QUEUE_TIMEOUT, allow_pull_urls: Sequence[str] = ()) -> RunningServer:
@@ -169,11 +169,11 @@ async def _start(engine: Engine, host: str, port: int, api_key: str | None, max_
         raise MnnEngineError("invalid_argument", f"max_body_bytes must be a positive integer (got {max_body_bytes!r})",
                              param="max_body_bytes")
     engine.require_model_for_server()
-    engine._server_transition("starting")
+    engine.set_server_state("starting")
     try:
         sockets = sockets or bind(host, port)
     except MnnEngineError:
-        engine._server_transition("stopped")
+        engine.set_server_state("stopped")
         raise
     ctx = ServerContext(engine, api_key=api_key, max_body_bytes=max_body_bytes,
                         allow_file_urls=allow_file_urls, cors_origins=tuple(cors_origins),
@@ -183,7 +183,7 @@ async def _start(engine: Engine, host: str, port: int, api_key: str | None, max_
         ctx.queue = GenerationQueue(engine, queue, queue_timeout, on_timeout=ctx.metrics.queue_timeouts.inc)
     except MnnEngineError:
         ctx.metrics.close()
-        engine._server_transition("stopped")
+        engine.set_server_state("stopped")
         raise
     ctx.metrics.queue = ctx.queue
     ctx.events = EventFanout(engine.events, asyncio.get_running_loop())
@@ -192,7 +192,7 @@ async def _start(engine: Engine, host: str, port: int, api_key: str | None, max_
                          body_limit=max_body_bytes)
     listeners = [Listener(sock, http) for sock in sockets]
     url = _url(sockets, host)
-    engine._server_transition("running", url)
+    engine.set_server_state("running", url)
     log.info("serving %s at %s", engine.active_model_id or "a model", url)
     return RunningServer(ctx, http, url, asyncio.get_running_loop(), listeners, stopped=asyncio.Event())
 
@@ -203,7 +203,7 @@ async def _stop(server: RunningServer) -> None:
         return
     ctx.stopping = True
     ctx.queue.close()  # first: the waiting are answered 503, not woken by the cancels below
-    ctx.engine._server_transition("stopping", server.url)
+    ctx.engine.set_server_state("stopping", server.url)
     for handler in list(ctx.active):
         handler.cancel()
     for stop in list(ctx.pull_stops):  # pulls end at their next chunk; their daemon threads never hold the exit
@@ -216,14 +216,14 @@ async def _stop(server: RunningServer) -> None:
     await server.http.close_all_connections()
     ctx.metrics.close()
     ctx.events.close()
-    ctx.engine._server_transition("stopped")
+    ctx.engine.set_server_state("stopped")
     log.info("server stopped")
     if server.stopped is not None:
         server.stopped.set()
 
 
 # ---------------------------------------------------------------- foreground
-def serve_forever(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+def serve_forever(engine: ServedEngine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                   api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                   allow_file_urls: bool = False, on_ready: Any = None,
                   sockets: list[socket.socket] | None = None, cors_origins: Sequence[str] = (),
@@ -248,7 +248,7 @@ def serve_forever(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAU
 
 
 # ---------------------------------------------------------------- background
-def start_background_server(engine: Engine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+def start_background_server(engine: ServedEngine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                             api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                             allow_file_urls: bool = False, cors_origins: Sequence[str] = (),
                             access_log: bool = False, queue: int = 0,
@@ -288,7 +288,7 @@ def start_background_server(engine: Engine, *, host: str = DEFAULT_HOST, port: i
     return server.url
 
 
-def stop_background_server(engine: Engine) -> None:
+def stop_background_server(engine: ServedEngine) -> None:
     """Stop the engine's background server and wait for it to finish."""
     with _servers_lock:
         server = _servers.pop(id(engine), None)

@@ -8,8 +8,8 @@ import asyncio
 from typing import Any
 
 from .. import jsonutil
+from ..api.openai_chat import parse_chat_request
 from ..errors import MnnEngineError, invalid
-from ..openai_api import parse_chat_request
 from .app import BodyHandler
 
 

@@ -33,7 +33,7 @@ def paired_ratio(ours: list[float], baseline: list[float]) -> float:
 
 
 def quantile(values: list[float], q: float) -> float:
-    from mnn_engine.bench import percentile
+    from mnn_engine.cli.bench import percentile
 
     return percentile(values, q)
 

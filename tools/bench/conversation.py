@@ -26,7 +26,7 @@ from common import machine, median, save, test_model  # tools/bench is on sys.pa
 WORKER = """
 import json, sys
 from mnn_engine import Llm
-from mnn_engine.device import default_threads
+from mnn_engine.runtime.device import default_threads
 path, cache, turns, answer = sys.argv[1], sys.argv[2] == "on", int(sys.argv[3]), int(sys.argv[4])
 llm = Llm(path, thread_num=default_threads(), prompt_cache=cache).load()
 topics = ["the sea", "mountains", "rivers", "deserts", "forests", "glaciers", "volcanoes", "islands", "caves"]

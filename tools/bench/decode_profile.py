@@ -29,8 +29,8 @@ WORKER = """
 import json, sys
 from pathlib import Path
 from mnn_engine import Llm, LoadOptions
-from mnn_engine.bench import prompt_ids
-from mnn_engine.models import prepare_cache
+from mnn_engine.cli.bench import prompt_ids
+from mnn_engine.store.models import prepare_cache
 path, threads, gen, cache, extra = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]), sys.argv[5]
 prepare_cache(cache, Path(path))
 llm = Llm(path, prompt_cache=False, **LoadOptions(threads=threads, **json.loads(extra)).mnn_config(cache)).load()

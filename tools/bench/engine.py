@@ -65,7 +65,7 @@ def mnn(llm, ids: list[int], gen: int) -> dict[str, float]:
 
 def bench(model: Path, threads: int, prompt_len: int, gen: int, iters: int) -> dict:
     from mnn_engine import Llm
-    from mnn_engine.bench import prompt_ids
+    from mnn_engine.cli.bench import prompt_ids
 
     started = time.perf_counter()
     llm = Llm(model, prompt_cache=False, thread_num=threads, sampler_type="greedy", max_new_tokens=gen,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How llguidance fares with big JSON schemas: the measurement behind
-``structured.SCHEMA_LIMITS`` and ``COMPILE_STACK_BYTES``.
+``structured.SCHEMA_LIMITS`` and ``grammar.COMPILE_STACK_BYTES``.
 
 Usage: python tools/bench/grammar_limits.py [--stack-mib 64] [--sizes 1000,5000,10000]
 
@@ -24,8 +24,8 @@ from common import machine, save  # tools/bench is on sys.path
 
 CASE = textwrap.dedent("""
     import json, sys, time, llguidance as ll
-    from mnn_engine import structured
-    from mnn_engine.grammar_sandbox import _byte_tokenizer
+    from mnn_engine.runtime import grammar
+    from mnn_engine.runtime.grammar_sandbox import _byte_tokenizer
     kind, n, stack = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     if kind == "required":
         schema = {"type": "object", "properties": {}, "required": [f"r{i}" for i in range(n)]}
@@ -44,11 +44,11 @@ CASE = textwrap.dedent("""
         for _ in range(n):
             schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
     tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
-    tok = structured.make_tokenizer(ll, tokens, [256], _byte_tokenizer(tokens))
+    tok = grammar.make_tokenizer(ll, tokens, [256], _byte_tokenizer(tokens))
     started = time.perf_counter()
     try:
-        grammar = ll.LLMatcher.grammar_from_json_schema(json.dumps(schema))
-        structured.compile_matcher(tok, grammar, "schema", stack)
+        text = ll.LLMatcher.grammar_from_json_schema(json.dumps(schema))
+        grammar.compile_matcher(tok, text, "schema", stack)
         verdict = "ok"
     except Exception as exc:
         verdict = "refused: " + str(getattr(exc, "message", exc))[:80]

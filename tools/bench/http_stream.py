@@ -130,7 +130,7 @@ def main() -> None:
     import tempfile
 
     from mnn_engine import Engine, ModelStore, jsonutil
-    from mnn_engine.bench import TEXT
+    from mnn_engine.cli.bench import TEXT
 
     model = args.model or str(test_model("qwen3-0.6b-shape"))
     engine = Engine(ModelStore(tempfile.mkdtemp(prefix="mnn-bench-")))

@@ -39,7 +39,7 @@ MNN_LOAD = """
 import json, sys, time
 from pathlib import Path
 from mnn_engine import Llm, LoadOptions
-from mnn_engine.models import prepare_cache
+from mnn_engine.store.models import prepare_cache
 path, threads, mmap, cache = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", Path(sys.argv[4])
 start = time.perf_counter()
 prepare_cache(cache, Path(path))

@@ -48,7 +48,7 @@ from pathlib import Path
 
 from common import REPO, machine, median, save, test_model  # tools/bench is on sys.path
 
-from mnn_engine.bench import TEXT
+from mnn_engine.cli.bench import TEXT
 
 CACHE = Path.home() / ".cache" / "mnn-engine" / "peers"
 LLAMA_CPP = "llama-cpp-python==0.3.36"
@@ -95,8 +95,8 @@ MNN_WORKER = """
 import json, sys, time
 from pathlib import Path
 from mnn_engine import Llm, LoadOptions
-from mnn_engine.bench import prompt_ids
-from mnn_engine.models import prepare_cache
+from mnn_engine.cli.bench import prompt_ids
+from mnn_engine.store.models import prepare_cache
 path, threads, prompt_len, gen, cache = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 options = LoadOptions(threads=threads, **json.loads(sys.argv[6]))  # defaults: mmap on
 prepare_cache(Path(cache), Path(path))

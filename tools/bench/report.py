@@ -38,7 +38,7 @@ the store (`python -m mnn_engine models pull qwen3-0.6b` or `models import`):
    `python -m mnn_engine bench ID --runs 5`. The first `load` line includes
    MNN writing its mmap cache; run it again for the warm load.
 3. Threads: the default is the performance cores (`python -c "from
-   mnn_engine.device import cpu_layout; print(cpu_layout())"` shows them).
+   mnn_engine.runtime.device import cpu_layout; print(cpu_layout())"` shows them).
    `python -m mnn_engine bench ID --tune` tries the thread counts and MNN's
    options and saves the fastest as the model's preset; `--tune --exact` keeps
    only options that leave outputs unchanged.

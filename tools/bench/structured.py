@@ -61,7 +61,7 @@ def decode_ratio(llm, rounds: int, gen: int) -> dict:
 
 
 def llguidance_costs(llm, gen: int) -> dict:
-    from mnn_engine import structured
+    from mnn_engine.runtime import structured
 
     start = time.perf_counter()
     structured.tokenizer_for(llm)

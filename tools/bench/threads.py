@@ -7,7 +7,7 @@ Every thread count from 1 to the usable cores (at most 8) gets its own loaded
 model; the rounds interleave them (one greedy generation of --gen tokens
 each, after a fixed prompt), so a slow phase of the machine hits every count
 alike. Reported per count: decode and prefill tok/s (medians), and the
-default (``mnn_engine.device.default_threads``) against the fastest count as
+default (``mnn_engine.runtime.device.default_threads``) against the fastest count as
 a ratio of per-round values. Target (issue #12): default >= 0.95x the best,
 which is what ``bench --tune`` would pick.
 """
@@ -30,7 +30,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from mnn_engine import Llm
-    from mnn_engine.device import default_threads
+    from mnn_engine.runtime.device import default_threads
 
     default = default_threads()
     counts = list(range(1, min(len(os.sched_getaffinity(0)), 8) + 1))

@@ -26,7 +26,8 @@ SCRIPTED_ANSWER = "Hello! I am a tiny MNN test model"
 
 
 def probe_backends(packages: list[str], problems: list[str]) -> dict[str, object]:
-    from mnn_engine import MnnEngineError, build
+    from mnn_engine import MnnEngineError
+    from mnn_engine.runtime import build
 
     report: dict[str, object] = {}
     for backend in build.BACKEND_LIBRARIES:
@@ -89,7 +90,8 @@ def main() -> None:
     prefix, model, *packages = sys.argv[1:]
     problems: list[str] = []
     import mnn_engine
-    from mnn_engine import Llm, backend_capabilities, build
+    from mnn_engine import Llm, backend_capabilities
+    from mnn_engine.runtime import build
 
     report: dict[str, object] = {"packages": packages, "mnn_engine": mnn_engine.__file__,
                                  "build_info": mnn_engine.build_info()}

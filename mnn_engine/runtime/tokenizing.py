@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 
-from .errors import MnnEngineError
+from ..errors import MnnEngineError
 
 #: Longest piece (in characters) handed to MNN when no exact cut is found:
 #: at most 1 KiB, a few milliseconds of MNN's BPE.

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import media
-from .errors import MnnEngineError
-from .llm import GenerationResult, TokenLogprob
-from .media import WORD_JOINER  # noqa: F401 - re-exported (tests)
-from .scratch import scratch_dir
+from ..errors import MnnEngineError
+from ..runtime import media
+from ..runtime.llm import GenerationResult, TokenLogprob
+from ..runtime.media import WORD_JOINER  # noqa: F401 - re-exported (tests)
+from ..scratch import scratch_dir
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -148,7 +148,7 @@ def _parse_options(body: Mapping[str, Any], request: ChatRequest) -> None:
             raise bad("response_format", "'response_format' must be {\"type\": \"text\" | \"json_object\" | "
                                          "\"json_schema\"}")
         if fmt["type"] != "text":
-            request.sampling["response_format"] = fmt  # the schema is checked by mnn_engine.structured
+            request.sampling["response_format"] = fmt  # the schema is checked by mnn_engine.runtime.structured
 
 
 def _parse_thinking(body: Mapping[str, Any], request: ChatRequest) -> None:

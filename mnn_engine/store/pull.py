@@ -21,17 +21,19 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, wait
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Protocol
 
-from ..build import build_info
 from ..errors import MnnEngineError
-from ..first_touch import check_in_child
-from ..model_files import CONFIG_NAME, model_files, validate_model_dir
-from ..models import SOURCE_FILE, ModelInfo, ModelLock, ModelStore, check_model_id, model_id_from_name, read_source
+from ..hub import catalog
+from ..hub.download import BACKOFF_S, PART_SUFFIX, download
+from ..hub.sources import DEFAULT_POLICY, Listing, UrlPolicy, list_hf, list_manifest, list_modelscope
+from ..runtime.build import build_info
+from ..runtime.first_touch import check_in_child
+from ..runtime.model_files import CONFIG_NAME, model_files, validate_model_dir
 from ..workers import DaemonPool
-from . import catalog
-from .download import BACKOFF_S, PART_SUFFIX, download
-from .sources import DEFAULT_POLICY, Listing, UrlPolicy, list_hf, list_manifest, list_modelscope
+from .layout import SOURCE_FILE, ModelInfo, ModelLock, check_model_id, model_id_from_name, read_source
 
 PULL_FILE = ".pull.json"
 SOURCES = ("hf", "modelscope")
@@ -42,6 +44,27 @@ _REPO_SPEC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*
 
 #: seconds a failed pull waits for its other files' reads to end (they stop at their next chunk)
 STOP_WAIT_S = 35.0
+class PullTarget(Protocol):
+    """The store a pull fills (``ModelStore``; declared here so that the store
+    may call its pulls without the pulls importing the store)."""
+
+    root: Path
+    models_dir: Path
+
+    def exists(self, model_id: str) -> bool: ...
+
+    def get(self, model_id: str) -> ModelInfo: ...
+
+    def path(self, model_id: str) -> Path: ...
+
+    def previous_path(self, model_id: str) -> Path: ...
+
+    def cache_path(self, model_id: str) -> Path: ...
+
+    def changing(self, model_id: str, action: str, busy_code: str = "model_in_use") -> AbstractContextManager[None]:
+        ...
+
+
 #: progress(done_bytes, total_bytes, current_file)
 Progress = Callable[[int, int, str], None]
 
@@ -81,7 +104,7 @@ def _repo_lister(source: str, repo: str) -> Callable[[str | None], Listing]:
     return lambda revision: list_modelscope(repo, revision or "master")
 
 
-def pull(store: ModelStore, spec: str, *, model_id: str | None = None, revision: str | None = None,
+def pull(store: PullTarget, spec: str, *, model_id: str | None = None, revision: str | None = None,
          source: str | None = None, update: bool = False, progress: Progress | None = None,
          workers: int = WORKERS, backoff: tuple[float, ...] = BACKOFF_S, policy: UrlPolicy = DEFAULT_POLICY,
          stop: threading.Event | None = None) -> ModelInfo:
@@ -206,7 +229,7 @@ def _validate(work: Path, listing: Listing) -> None:
                              f"{exc.message}", param="model") from exc
 
 
-def _activate(store: ModelStore, model_id: str, work: Path) -> None:
+def _activate(store: PullTarget, model_id: str, work: Path) -> None:
     """One rename makes the new version the model; the old one becomes the previous version."""
     with store.changing(model_id, "update"):
         final = store.path(model_id)
@@ -222,7 +245,7 @@ def _activate(store: ModelStore, model_id: str, work: Path) -> None:
         (final / PULL_FILE).unlink(missing_ok=True)  # kept until now: a refused activation resumes as finished
 
 
-def rollback(store: ModelStore, model_id: str) -> ModelInfo:
+def rollback(store: PullTarget, model_id: str) -> ModelInfo:
     """Swap a model with its previous version (a second rollback swaps back)."""
     with store.changing(model_id, "roll back"):
         final, previous = store.path(model_id), store.previous_path(model_id)

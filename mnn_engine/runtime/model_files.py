@@ -15,7 +15,7 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .errors import MnnEngineError
+from ..errors import MnnEngineError
 from .mnn_graph import GraphError, read_graph_file, read_output_names
 
 CONFIG_NAME = "config.json"

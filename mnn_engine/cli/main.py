@@ -18,14 +18,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__, jsonutil
-from .build import BACKENDS, backend_capabilities, build_info
-from .engine import MEMORY_MODES, PRECISIONS, Engine, LoadOptions, preset_options
-from .errors import MnnEngineError
-from .hub import catalog
-from .llm import DEFAULT_DRAFT_TOKENS
-from .models import ModelInfo, ModelStore, model_id_from_name
-from .sampling import MAX_DRAFT_TOKENS, SPECULATIVE
+from .. import __version__, jsonutil
+from ..engine.engine import MEMORY_MODES, PRECISIONS, Engine, LoadOptions, preset_options
+from ..errors import MnnEngineError
+from ..hub import catalog
+from ..runtime.build import BACKENDS, backend_capabilities, build_info
+from ..runtime.llm import DEFAULT_DRAFT_TOKENS
+from ..runtime.sampling import MAX_DRAFT_TOKENS, SPECULATIVE
+from ..store.layout import ModelInfo, model_id_from_name
+from ..store.models import ModelStore
 
 
 def _print_json(data: Any) -> None:
@@ -401,7 +402,7 @@ def _api_key(args: argparse.Namespace) -> str | None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .server.runner import bind, serve_forever
+    from ..server.runner import bind, serve_forever
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:  # MNN's chatter stays in engine.logs, off the terminal

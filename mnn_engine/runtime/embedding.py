@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import MnnEngineError, invalid
+from ..errors import MnnEngineError, invalid
 
 #: Most inputs one call takes (OpenAI's limit for /v1/embeddings).
 MAX_INPUTS = 2048

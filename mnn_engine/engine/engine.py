@@ -27,14 +27,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .build import BACKENDS, backend_capabilities, require_backend
-from .device import default_threads
-from .embedding import EmbeddingResult, embedding_inputs
-from .errors import MnnEngineError, invalid
-from .llm import DEFAULT_DRAFT_TOKENS, GenerationResult, Llm, Prompt, check_quant_qkv, check_speculative
-from .models import ModelInfo, ModelLock, ModelStore
-from .state import EventStream, LogBuffer
-from .streaming import astream_pieces, stream_pieces
+from ..errors import MnnEngineError, invalid
+from ..runtime.build import BACKENDS, backend_capabilities, require_backend
+from ..runtime.device import default_threads
+from ..runtime.embedding import EmbeddingResult, embedding_inputs
+from ..runtime.llm import DEFAULT_DRAFT_TOKENS, GenerationResult, Llm, Prompt, check_quant_qkv, check_speculative
+from ..runtime.streaming import astream_pieces, stream_pieces
+from ..store.layout import ModelInfo, ModelLock
+from ..store.models import ModelStore
+from .events import EventStream, LogBuffer
+from .protocol import ServerLauncher
 
 log = logging.getLogger("mnn_engine.engine")
 
@@ -53,7 +55,7 @@ class LoadOptions:
     afterwards, so later loads take tens of milliseconds instead of seconds and
     the weights stay reclaimable page cache; see docs/benchmarks.md),
     ``precision`` (low or high), ``threads`` (1..8; default: the performance
-    cores this process may use, at most 4, see ``mnn_engine.device``), MNN's ``dynamic_option``
+    cores this process may use, at most 4, see ``mnn_engine.runtime.device``), MNN's ``dynamic_option``
     (0..8; None keeps MNN's default), which trades memory for speed in its
     low-memory int4/int8 kernels, ``context_length`` (MNN's ``max_all_tokens``: prompt and answer
     together; None keeps the model's), and MNN's KV-cache quantisation ``quant_qkv`` (None or 0: float keys and values;
@@ -501,21 +503,19 @@ class Engine:
         return self._last_result
 
     # ---------------------------------------------------------------- server state
-    def _server_transition(self, state: str, address: str | None = None) -> None:
+    def set_server_state(self, state: str, address: str | None = None) -> None:
+        """The HTTP server reports its state here (``starting``, ``running``,
+        ``stopping``, ``stopped``): it shows in ``snapshot()`` and as an event."""
         self._update(server_state=state, server_address=address)
         self.events.emit("server", state, address=address)
 
     def start_server(self, **kwargs: Any) -> str:
         """Serve the active model over HTTP on a background thread; returns its URL."""
-        from .server.runner import start_background_server
-
-        return start_background_server(self, **kwargs)
+        return _server_launcher()[0](self, **kwargs)
 
     def stop_server(self) -> None:
         """Stop the server (cancelling the active generation)."""
-        from .server.runner import stop_background_server
-
-        stop_background_server(self)
+        _server_launcher()[1](self)
 
     def require_model_for_server(self) -> None:
         with self._lock:
@@ -523,3 +523,20 @@ class Engine:
                 raise MnnEngineError("model_not_loaded", "load a model before starting the server")
             if self._server_state != "stopped":
                 raise MnnEngineError("server_running", f"the server is already {self._server_state}")
+
+
+_launcher: ServerLauncher | None = None
+
+
+def install_server_launcher(launcher: ServerLauncher) -> None:
+    """The package installs the HTTP server's start and stop here
+    (``mnn_engine/__init__.py``): the server sits above the engine, so the
+    engine never imports it."""
+    global _launcher
+    _launcher = launcher
+
+
+def _server_launcher() -> ServerLauncher:
+    if _launcher is None:
+        raise MnnEngineError("server_not_running", "no HTTP server is installed (import mnn_engine)")
+    return _launcher

@@ -23,7 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import MnnEngineError
+from ..errors import MnnEngineError
+from .build import engine_identity
 
 STAGE_PREFIX = "mnn-engine-stage: "
 RESULT_PREFIX = "mnn-engine-result: "
@@ -46,8 +47,6 @@ def markers_dir() -> Path:
 
 
 def _marker(config_path: Path, files: dict[str, Path]) -> Path:
-    from .build import engine_identity
-
     stamps = {}  # the same file, even renamed (an import's staging directory); not a copy of it
     for key, path in sorted({"config": config_path, **files}.items()):
         info = path.stat()
@@ -65,7 +64,8 @@ def check_in_child(config_path: Path, files: dict[str, Path], overrides: dict[st
     # (the current directory is dropped from the child's path: a source checkout
     # there would shadow the installed package)
     command = [sys.executable, "-c", "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
-               "from mnn_engine.first_touch import main; main()", str(config_path.resolve()), json.dumps(overrides)]
+               "from mnn_engine.runtime.first_touch_child import main; main()", str(config_path.resolve()),
+               json.dumps(overrides)]
     try:
         # (no Python fault handler in the child: the parent reports the crash)
         child = subprocess.run(command, capture_output=True, timeout=TIMEOUT_SECONDS, stdin=subprocess.DEVNULL,
@@ -92,38 +92,3 @@ def check_in_child(config_path: Path, files: dict[str, Path], overrides: dict[st
                              f"checking {config_path.parent} failed (exit {child.returncode}): {detail[0]}")
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps({"model": str(config_path.parent)}))
-
-
-def _stage(name: str) -> None:
-    print(STAGE_PREFIX + name, flush=True)
-
-
-def _child(config: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    from .llm import Llm
-
-    llm = Llm(config, **overrides)
-    _stage("load")
-    llm._load_in_process()
-    _stage("tokenize")
-    ids = llm.tokenize("Hello, world! \u4f60\u597d \U0001F600 <think>")
-    _stage("vocabulary")
-    llm.detokenize_bytes(list(range(llm.vocab_size)))
-    _stage("template")
-    prompt = llm.apply_chat_template([{"role": "system", "content": "You are brief."},
-                                      {"role": "user", "content": "Hi"}])
-    _stage("forward")
-    if llm.kind == "embedding":
-        llm.embed(["Hi", "Hello, world!"])
-    else:
-        llm.generate(prompt, max_tokens=2, temperature=0)
-    llm.close()
-    return {"tokens": len(ids)}
-
-
-def main() -> None:
-    """The child: ``python -c ... CONFIG_PATH OVERRIDES_JSON``."""
-    try:
-        out = _child(sys.argv[1], json.loads(sys.argv[2]))
-    except MnnEngineError as exc:
-        out = {"code": exc.code, "message": exc.message, "param": exc.param}
-    print(RESULT_PREFIX + json.dumps(out), flush=True)

@@ -6,7 +6,7 @@ with SIGSEGV; on Android, whose threads get 1 MiB stacks, 4,000 names did).
 Every grammar that has not been seen before is therefore first compiled,
 and its first token mask computed, in this child process, on a thread with
 the same stack size the engine uses for its own compile
-(``structured.COMPILE_STACK_BYTES``). A grammar that kills the child is
+(``COMPILE_STACK_BYTES``). A grammar that kills the child is
 refused, and so is one that takes longer than ``CHECK_TIMEOUT_S``; the
 answer is remembered by the grammar's hash, so a schema an application sends
 with every request costs one check per process. The child is started on
@@ -27,6 +27,9 @@ import sys
 import threading
 from collections import OrderedDict
 from typing import IO, Any
+
+from ..errors import MnnEngineError
+from .grammar import COMPILE_STACK_BYTES, compile_matcher, llguidance_module, make_tokenizer
 
 #: a compile that takes longer is refused (the largest schema the limits allow takes ~5 s here)
 CHECK_TIMEOUT_S = 60.0
@@ -56,7 +59,7 @@ class GrammarSandbox:
     (the grammar compiles) or the reason it is refused."""
 
     def __init__(self, stack_bytes: int | None = None) -> None:
-        #: the child's compile thread stack (None: the engine's own, ``structured.COMPILE_STACK_BYTES``)
+        #: the child's compile thread stack (None: the engine's own, ``COMPILE_STACK_BYTES``)
         self.stack_bytes = stack_bytes
         self._lock = threading.Lock()
         self._child: subprocess.Popen[bytes] | None = None
@@ -80,7 +83,7 @@ class GrammarSandbox:
     def _start(self) -> subprocess.Popen[bytes]:
         if self._child is None or self._child.poll() is not None:
             stack = [] if self.stack_bytes is None else [str(self.stack_bytes)]
-            self._child = subprocess.Popen([sys.executable, "-m", "mnn_engine.grammar_sandbox", *stack],
+            self._child = subprocess.Popen([sys.executable, "-m", "mnn_engine.runtime.grammar_sandbox", *stack],
                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             self._vocabularies = set()
         return self._child
@@ -134,11 +137,9 @@ def _byte_tokenizer(tokens: list[bytes]) -> Any:
 
 
 def _serve() -> None:  # pragma: no cover - runs in the child (tests drive it through GrammarSandbox)
-    from . import structured
-    from .errors import MnnEngineError
 
-    ll = structured.llguidance_module()
-    stack_bytes = int(sys.argv[1]) if len(sys.argv) > 1 else structured.COMPILE_STACK_BYTES
+    ll = llguidance_module()
+    stack_bytes = int(sys.argv[1]) if len(sys.argv) > 1 else COMPILE_STACK_BYTES
     tokenizers: dict[str, Any] = {}
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while True:
@@ -148,11 +149,11 @@ def _serve() -> None:  # pragma: no cover - runs in the child (tests drive it th
             return
         if message[0] == "vocabulary":
             _, key, tokens, stops = message
-            tokenizers[key] = structured.make_tokenizer(ll, tokens, stops, _byte_tokenizer(tokens))
+            tokenizers[key] = make_tokenizer(ll, tokens, stops, _byte_tokenizer(tokens))
             continue
         _, key, grammar = message
         try:
-            structured.compile_matcher(tokenizers[key], grammar, "grammar", stack_bytes)
+            compile_matcher(tokenizers[key], grammar, "grammar", stack_bytes)
             answer = None
         except MnnEngineError as exc:  # the compile's own refusal: "grammar: not supported: ..."
             answer = exc.message.removeprefix("grammar: ")

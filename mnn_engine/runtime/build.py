@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import _mnn
+from .. import _mnn
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def backend_capabilities() -> dict[str, dict[str, bool]]:
 def require_backend(name: str) -> None:
     """Raise ``backend_unavailable`` unless ``name`` is usable here: MNN itself
     would quietly fall back to the CPU."""
-    from .errors import MnnEngineError
+    from ..errors import MnnEngineError
 
     caps = backend_capabilities().get(name)
     if caps is None or not caps["available"]:

@@ -6,8 +6,8 @@ Layout under the store root (``$MNN_ENGINE_HOME``, else
     models/<id>/          one complete MNN model directory per model ID
     models/.import-*      an import in progress (never listed; removed when stale)
     cache/<id>/           MNN's tmp_path for that model (mmap and GPU caches)
-    previous/<id>/        the version a pull --update replaced (mnn_engine.hub.pull)
-    downloads/<id>/       a pull in progress (mnn_engine.hub.pull)
+    previous/<id>/        the version a pull --update replaced (mnn_engine.store.pull)
+    downloads/<id>/       a pull in progress (mnn_engine.store.pull)
 
 An import validates the source, copies it into a hidden directory inside the
 store and renames it into place, so a crash or kill mid-copy never leaves a
@@ -17,7 +17,6 @@ model that lists or loads.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -26,13 +25,12 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import MnnEngineError
-from .first_touch import check_in_child
-from .model_files import (
+from ..errors import MnnEngineError
+from ..runtime.first_touch import check_in_child
+from ..runtime.model_files import (
     CONFIG_NAME,
     display_name,
     model_files,
@@ -40,12 +38,11 @@ from .model_files import (
     resolve_config_path,
     validate_model_dir,
 )
+from .layout import SOURCE_FILE, ModelInfo, ModelLock, check_model_id, model_id_from_name, read_source
+from .pull import pull, rollback
 
-MAX_ID_LENGTH = 96
 _IMPORT_PREFIX = ".import-"
 _TRASH_PREFIX = ".trash-"
-#: in a pulled model's directory: where it came from (mnn_engine.hub.pull)
-SOURCE_FILE = ".source.json"
 
 #: progress(copied_bytes, total_bytes, current_file)
 ProgressCallback = Callable[[int, int, str], None]
@@ -61,47 +58,6 @@ def store_root() -> Path:
     return base / "mnn-engine"
 
 
-def model_id_from_name(name: str) -> str:
-    """Slug a directory name into a model ID: lowercase ``[a-z0-9-]``, runs of
-    anything else collapsed to one ``-`` (``Qwen3-0.6B-MNN`` -> ``qwen3-0-6b-mnn``)."""
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    if not slug:
-        raise MnnEngineError("invalid_argument", f"{name!r} gives an empty model ID", param="model_id")
-    if len(slug) > MAX_ID_LENGTH:
-        raise MnnEngineError("invalid_argument", f"model ID is longer than {MAX_ID_LENGTH} characters",
-                             param="model_id")
-    return slug
-
-
-def check_model_id(model_id: str) -> str:
-    """Accept only IDs that are already in slug form."""
-    if not isinstance(model_id, str) or model_id_from_name(model_id) != model_id:
-        raise MnnEngineError("invalid_argument", f"{model_id!r} is not a model ID ([a-z0-9-])", param="model_id")
-    return model_id
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """A model in the store."""
-
-    id: str
-    name: str
-    path: str
-    size_bytes: int
-    files: tuple[str, ...]
-    is_visual: bool
-    created: float
-    #: a pulled model's source, repository, revision and commit (None: imported)
-    source: dict[str, Any] | None = None
-    #: the version a pull --update replaced, kept for ``rollback``: its size and revision
-    previous: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["files"] = list(self.files)
-        return data
-
-
 def prepare_cache(cache_dir: Path, model_dir: Path, engine: dict[str, Any] | None = None) -> None:
     """Make ``cache_dir`` fit for MNN's ``tmp_path``: its mmap cache holds the
     prepared weights, packed by one engine build for one CPU's kernels, so it
@@ -109,7 +65,7 @@ def prepare_cache(cache_dir: Path, model_dir: Path, engine: dict[str, Any] | Non
     or ``engine`` (default: ``build.engine_identity()``) differs, or MNN would
     map stale or foreign weights."""
     if engine is None:
-        from .build import engine_identity
+        from ..runtime.build import engine_identity
 
         engine = engine_identity()
     config_path = model_dir / CONFIG_NAME
@@ -154,14 +110,6 @@ def _exists(model_id: str) -> MnnEngineError:
                           "--replace / replace=True, or pick another ID with --id / model_id=)", param="model_id")
 
 
-def read_source(model_dir: Path) -> dict[str, Any] | None:
-    """Where a pulled model came from (None for an imported one)."""
-    with contextlib.suppress(OSError, ValueError):
-        data = json.loads((model_dir / SOURCE_FILE).read_text())
-        return data if isinstance(data, dict) else None
-    return None
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -170,34 +118,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-class ModelLock:
-    """An advisory lock on one model ID, shared by every process using the
-    store: shared while a model is loaded, exclusive while it is changed."""
-
-    def __init__(self, path: Path, exclusive: bool) -> None:
-        self.path = path
-        self.exclusive = exclusive
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(self._fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self._fd)
-            self._fd = None
-            raise
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing drops the lock
-            self._fd = None
-
-    def __enter__(self) -> ModelLock:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 class ModelStore:
@@ -455,16 +375,12 @@ class ModelStore:
         ``hf:ORG/NAME``, ``modelscope:ORG/NAME`` or a manifest URL. Resumes,
         verifies every file and activates atomically; ``update`` fetches a
         newer revision of a stored model and keeps the old one for
-        ``rollback``. See ``mnn_engine.hub.pull``."""
-        from .hub.pull import pull
-
+        ``rollback``. See ``mnn_engine.store.pull``."""
         return pull(self, spec, model_id=model_id, revision=revision, source=source, update=update,
                     progress=progress, **options)
 
     def rollback(self, model_id: str) -> ModelInfo:
         """Swap a model with the version its last update replaced."""
-        from .hub.pull import rollback
-
         return rollback(self, model_id)
 
     # ---------------------------------------------------------------- caches

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .errors import invalid
+from ..errors import invalid
 
 MAX_STOP_STRINGS = 16
 MAX_TOP_LOGPROBS = 20
@@ -41,7 +41,7 @@ class GenerationConfig:
     ``response_format`` (OpenAI's: ``{"type": "json_object"}`` or
     ``{"type": "json_schema", "json_schema": {"schema": ...}}``) and
     ``grammar`` (Lark or GBNF text, or ``{"json_schema"|"lark"|"gbnf"|"regex": ...}``)
-    constrain every token (``mnn_engine.structured``; needs the ``structured``
+    constrain every token (``mnn_engine.runtime.structured``; needs the ``structured``
     extra). A ``max_tokens`` cut-off can still leave the output incomplete
     (``finish_reason`` ``length``).
     ``speculative`` (``"ngram"`` or ``"off"``; None follows

@@ -18,11 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from .build import require_backend
-from .engine import LoadOptions
-from .errors import MnnEngineError, invalid
-from .llm import Llm
-from .models import ModelStore
+from ..engine.engine import LoadOptions
+from ..errors import MnnEngineError, invalid
+from ..runtime.build import require_backend
+from ..runtime.llm import Llm
+from ..store.models import ModelStore
 
 TEXT = (
     "Rivers carve valleys over millions of years, carrying sand and silt from the mountains to the sea. "

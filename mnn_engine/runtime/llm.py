@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _mnn, media, structured
+from .. import _mnn
+from ..errors import MnnEngineError, invalid
+from . import media, structured
 from .build import load_backend_library
 from .embedding import EmbeddingInput, EmbeddingResult, embedding_inputs, template_wrap, vector_from
-from .errors import MnnEngineError, invalid
 from .first_touch import check_in_child
 from .model_files import model_files, model_kind, resolve_config_path, validate_model_dir
 from .native_output import captured_native_output
@@ -256,15 +257,16 @@ class Llm:
     def load(self) -> Llm:
         """Load the weights and run one short warm-up forward. Idempotent.
         The first load of each version of the files runs in a child process
-        first (``mnn_engine.first_touch``): damaged files give
+        first (``mnn_engine.runtime.first_touch``): damaged files give
         ``invalid_model`` instead of killing this process."""
         with self._state_lock:
             if self._core is not None:
                 return self
             check_in_child(self.config_path, model_files(self.config_path, self.file_config), self.config_overrides)
-            return self._load_in_process()
+            return self.load_in_this_process()
 
-    def _load_in_process(self) -> Llm:
+    def load_in_this_process(self) -> Llm:
+        """``load()`` without the child-process check (the first-touch child itself uses it)."""
         with self._state_lock:
             if self._core is not None:
                 return self
@@ -413,7 +415,7 @@ class Llm:
     def tokenize(self, text: str, *, limit: int | None = None) -> list[int]:
         """Token ids of ``text`` (special tokens in the text are recognised).
         Long text is handed to MNN in segments, so the time stays linear in
-        its length (see ``mnn_engine.tokenizing``). With ``limit``, text of
+        its length (see ``mnn_engine.runtime.tokenizing``). With ``limit``, text of
         more tokens is ``context_length_exceeded`` (tokenizing stops there)."""
         if not isinstance(text, str):
             raise invalid("text", "must be a string")
@@ -556,7 +558,7 @@ class Llm:
 
     def _encode(self, core: _mnn.LlmCore, text: str, limit: int, cancelled: Callable[[], bool]) -> list[int] | None:
         """The one way text reaches MNN's tokenizer: media tags are guarded
-        first (``mnn_engine.media``: MNN opens the file a tag names), then the
+        first (``mnn_engine.runtime.media``: MNN opens the file a tag names), then the
         text is tokenized in segments; None when it has more than ``limit`` ids."""
         return tokenize_bounded(core.tokenize, media.guard(text), limit=limit, exact_cuts=self._exact_cuts,
                                 cancelled=cancelled)

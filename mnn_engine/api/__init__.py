@@ -1,0 +1,1 @@
+"""The HTTP dialects' translation (OpenAI, Ollama): no Tornado, no Engine."""

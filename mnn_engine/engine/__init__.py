@@ -1,0 +1,1 @@
+"""The engine: the active model, its load options, events and logs."""

@@ -1,0 +1,1 @@
+"""The model runtime: one MNN model, its generation loop and what it needs."""

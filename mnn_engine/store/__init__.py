@@ -1,0 +1,1 @@
+"""The model store on disk, and pulls into it."""
