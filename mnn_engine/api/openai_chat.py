@@ -508,10 +508,12 @@ def message_from(deltas: list[Delta]) -> dict[str, Any]:
     return message
 
 
-def finish_reason(result: GenerationResult, parser: OutputParser) -> str:
-    if parser.tool_calls and result.finish_reason == "stop":
-        return "tool_calls"
-    return "length" if result.finish_reason == "length" else "stop"
+def finish_reason(result: GenerationResult, tool_calls: bool = False) -> str:
+    """Why the answer ended, as every dialect names it (the one mapping):
+    ``length``, ``stop``, or ``tool_calls`` when it stopped after calling a tool."""
+    if result.finish_reason == "length":
+        return "length"
+    return "tool_calls" if tool_calls and result.finish_reason == "stop" else "stop"
 
 
 def logprobs_object(entries: tuple[TokenLogprob, ...] | None, token_bytes) -> dict[str, Any] | None:

@@ -14,8 +14,7 @@ import ipaddress
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import Future
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,20 +28,18 @@ from ..api.openai_chat import (
     Completion,
     Delta,
     ImagePolicy,
-    OutputParser,
     delta_dict,
     finish_reason,
     logprobs_object,
     message_from,
     parse_chat_request,
-    prompt_opens_thinking,
 )
 from ..errors import ERROR_CODES, MnnEngineError
 from ..runtime.embedding import EmbeddingResult
 from ..runtime.llm import GenerationResult
-from ..runtime.streaming import astream_pieces
 from ..workers import DaemonPool
 from .openapi import openapi_spec
+from .session import GenerationSession
 
 if TYPE_CHECKING:
     from ..engine.protocol import ServedEngine
@@ -294,15 +291,14 @@ class BodyHandler(JsonHandler):
     (``parse_body``), and the generation it may start: cancelled when the
     client goes away or the server stops."""
 
-    #: this request's place in the queue (server.queue), while it waits or holds the turn
-    _queue_waiter: Any = None
-
     def prepare(self) -> None:
         super().prepare()
         self._body = bytearray()
         self._too_large = False
-        self._future: Any = None
-        self._closed = False
+        #: the running generation's future (engine.submit), set by the route's GenerationSession
+        self.generation: Any = None
+        #: the client went away
+        self.closed = False
         length = self.request.headers.get("Content-Length")
         if length is not None and length.isdigit() and int(length) > self.ctx.max_body_bytes:
             raise self._too_large_error()
@@ -355,8 +351,8 @@ class BodyHandler(JsonHandler):
         prompt too long) or a failure before any text is raised here, while
         the answer can still be a plain HTTP error."""
         first = await anext(pieces, None)
-        if first is None and self._future is not None and self._future.done() and not self._closed:
-            self.check_not_cancelled(self._future.result())
+        if first is None and self.generation is not None and self.generation.done() and not self.closed:
+            self.check_not_cancelled(self.generation.result())
         return first
 
     async def send_event(self, data: Any) -> None:
@@ -364,7 +360,7 @@ class BodyHandler(JsonHandler):
 
     async def send_now(self, payload: bytes) -> None:
         """Write and flush a piece of a streamed answer (nothing once the client is gone)."""
-        if self._closed:
+        if self.closed:
             return
         self.write(payload)
         try:
@@ -372,8 +368,12 @@ class BodyHandler(JsonHandler):
         except StreamClosedError:
             self._client_gone()
 
+    async def send_error_event(self, exc: MnnEngineError) -> None:
+        """A failure after a server-sent-events answer started (OpenAI's shape, in the stream)."""
+        await self.send_event(error_body(exc.code, exc.message))
+
     def end_events(self) -> None:
-        if not self._closed:
+        if not self.closed:
             self.write(b"data: [DONE]\n\n")
             self.finish()
 
@@ -389,7 +389,7 @@ class BodyHandler(JsonHandler):
             yield
         finally:
             self.ctx.active.discard(self)
-            if self._future is not None and not self._future.done():
+            if self.generation is not None and not self.generation.done():
                 self.ctx.engine.cancel_generation()
 
     async def embed(self, inputs: Any, *, normalize: bool = True, truncate: bool = False) -> EmbeddingResult:
@@ -397,9 +397,9 @@ class BodyHandler(JsonHandler):
         route's generation turn."""
         self.require_model()
         async with self.generation_turn():
-            self._future = self.ctx.engine.submit_embed(inputs, normalize=normalize, truncate=truncate)
+            self.generation = self.ctx.engine.submit_embed(inputs, normalize=normalize, truncate=truncate)
             try:
-                return await asyncio.wrap_future(self._future)
+                return await asyncio.wrap_future(self.generation)
             except MnnEngineError as exc:
                 if exc.code == "generation_cancelled" and self.ctx.stopping:
                     raise MnnEngineError("server_stopping", "the server stopped during the request") from exc
@@ -413,8 +413,8 @@ class BodyHandler(JsonHandler):
     def _client_gone(self) -> None:
         if self.ctx.queue is not None:
             self.ctx.queue.release(self)
-        self._closed = True
-        if self._future is not None and not self._future.done():
+        self.closed = True
+        if self.generation is not None and not self.generation.done():
             log.info("client went away; cancelling its generation")
             self.ctx.engine.cancel_generation()
 
@@ -423,7 +423,7 @@ class BodyHandler(JsonHandler):
 
     def cancel(self) -> None:
         """Called when the server stops."""
-        if self._future is not None and not self._future.done():
+        if self.generation is not None and not self.generation.done():
             self.ctx.engine.cancel_generation()
 
     def check_not_cancelled(self, result: GenerationResult) -> None:
@@ -445,74 +445,44 @@ class ChatCompletionsHandler(BodyHandler):
                              allow_file_urls=self.ctx.allow_file_urls)
         request = parse_chat_request(self.parse_body(), policy)
         try:
-            await self._complete(engine, model, request)
+            await self._complete(model, request)
         finally:
             request.cleanup()
 
-    async def _complete(self, engine: ServedEngine, model: str, request: ChatRequest) -> None:
-        # The chat template and the tokenizer run on the generation thread,
-        # never here; the rendered prompt comes back through on_prompt (the
-        # parser needs to know whether the template opened a <think> block).
-        rendered: list[tuple[str | None, int]] = []  # (prompt text, messages dropped to fit the context)
-
-        def submit(put: Callable[[str], None] | None) -> Future[GenerationResult]:
-            self._future = engine.submit(request.messages, put, on_prompt=lambda *prompt: rendered.append(prompt),
-                                         enable_thinking=request.enable_thinking, tools=request.tools,
-                                         tool_choice=request.tool_choice, **request.sampling)
-            return self._future
-
-        def parser() -> OutputParser:
-            prompt, dropped = rendered[0] if rendered else (None, 0)
-            if dropped:
-                self.set_header("X-Context-Dropped-Messages", str(dropped))
-            return OutputParser(in_reasoning=prompt_opens_thinking(prompt or ""), parse_tools=request.parse_tools)
-
+    async def _complete(self, model: str, request: ChatRequest) -> None:
+        session = GenerationSession(self, request.messages, parse_tools=request.parse_tools,
+                                    enable_thinking=request.enable_thinking, tools=request.tools,
+                                    tool_choice=request.tool_choice, **request.sampling)
         completion = Completion(model=model, fingerprint=self.ctx.fingerprint)
-        async with self.generation_turn():
-            if request.stream:
-                await self._stream(submit, parser, request, completion)
-            else:
-                submit(None)
-                await self._whole(parser, completion)
-
-    async def _whole(self, make_parser: Callable[[], OutputParser], completion: Completion) -> None:
-        result = await asyncio.wrap_future(self._future)
-        if self._closed:
+        token_bytes = self.ctx.engine.llm.token_bytes
+        if not request.stream:
+            outcome = await session.whole()
+            if outcome is None:
+                return
+            self._dropped_header(outcome.dropped)
+            result = outcome.result
+            self.send_json(completion.response(message_from(outcome.deltas), finish_reason(result, outcome.tool_calls),
+                                               result.usage, logprobs_object(result.logprobs, token_bytes)))
             return
-        self.check_not_cancelled(result)
-        parser = make_parser()
-        deltas = parser.feed(result.text) + parser.finish()
-        logprobs = logprobs_object(result.logprobs, self.ctx.engine.llm.token_bytes)
-        self.send_json(completion.response(message_from(deltas), finish_reason(result, parser), result.usage,
-                                           logprobs))
 
-    async def _stream(self, submit: Callable[[Callable[[str], None]], Future[GenerationResult]],
-                      make_parser: Callable[[], OutputParser], request: ChatRequest,
-                      completion: Completion) -> None:
-        pieces = astream_pieces(submit, self.ctx.engine.cancel_generation)
-        first = await self.first_piece(pieces)
-        parser = make_parser()
-        self.start_events()
-        await self.send_event(completion.chunk({"role": "assistant", "content": ""}))
-        try:
-            if first is not None:
-                await self._send_deltas(parser.feed(first), completion)
-                async for piece in pieces:
-                    await self._send_deltas(parser.feed(piece), completion)
-            result = self._future.result()
-            self.check_not_cancelled(result)
-        except MnnEngineError as exc:
-            await self.send_event(error_body(exc.code, exc.message))
-            self.end_events()
-            return
-        await self._send_deltas(parser.finish(), completion)
-        logprobs = logprobs_object(result.logprobs, self.ctx.engine.llm.token_bytes)
-        await self.send_event(completion.chunk({}, finish_reason(result, parser), logprobs))
-        if request.include_usage:
-            await self.send_event(completion.usage_chunk(result.usage))
+        async def start() -> None:
+            self._dropped_header(session.dropped)
+            self.start_events()
+            await self.send_event(completion.chunk({"role": "assistant", "content": ""}))
+
+        async def emit(deltas: list[Delta]) -> None:
+            for delta in deltas:
+                await self.send_event(completion.chunk(delta_dict(delta)))
+
+        outcome = await session.stream(start, emit, self.send_error_event)
+        if outcome is not None:
+            result = outcome.result
+            await self.send_event(completion.chunk({}, finish_reason(result, outcome.tool_calls),
+                                                   logprobs_object(result.logprobs, token_bytes)))
+            if request.include_usage:
+                await self.send_event(completion.usage_chunk(result.usage))
         self.end_events()
 
-    async def _send_deltas(self, deltas: list[Delta], completion: Completion) -> None:
-        for delta in deltas:
-            await self.send_event(completion.chunk(delta_dict(delta)))
-
+    def _dropped_header(self, dropped: int) -> None:
+        if dropped:
+            self.set_header("X-Context-Dropped-Messages", str(dropped))

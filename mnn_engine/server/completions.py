@@ -4,17 +4,15 @@ text or token ids, used as is (no chat template); streamed (SSE) or not;
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..api.openai_chat import SAMPLING_FIELDS, Completion, bad, boolean_field, finite_logprob
-from ..errors import MnnEngineError
+from ..api.openai_chat import SAMPLING_FIELDS, Completion, Delta, bad, boolean_field, finish_reason, finite_logprob
 from ..runtime.llm import GenerationResult, TokenLogprob
-from ..runtime.streaming import astream_pieces
-from .app import BodyHandler, error_body
+from .app import BodyHandler
+from .session import GenerationSession
 
 #: OpenAI's default for this route
 DEFAULT_MAX_TOKENS = 16
@@ -110,57 +108,40 @@ class CompletionsHandler(BodyHandler):
     async def post(self) -> None:
         model = self.require_model()
         request = parse_completion_request(self.parse_body())
-        engine = self.ctx.engine
+        llm = self.ctx.engine.llm
         completion = TextCompletion(model=model, fingerprint=self.ctx.fingerprint)
         prefix = ""
         if request.echo:
-            prefix = request.prompt if isinstance(request.prompt, str) else engine.llm.detokenize(request.prompt)
-
-        def submit(put: Any) -> Any:
-            self._future = engine.submit(request.prompt, put, **request.sampling)
-            return self._future
-
-        async with self.generation_turn():
-            if request.stream:
-                await self._stream(submit, request, completion, prefix)
-            else:
-                submit(None)
-                result = await asyncio.wrap_future(self._future)
-                if self._closed:
-                    return
-                self.check_not_cancelled(result)
-                self.send_json(completion.envelope(prefix + result.text, _finish(result),
-                                                   legacy_logprobs(result.logprobs, engine.llm.token_bytes,
-                                                                   len(prefix)),
+            prefix = request.prompt if isinstance(request.prompt, str) else llm.detokenize(request.prompt)
+        session = GenerationSession(self, request.prompt, parse=False, **request.sampling)
+        if not request.stream:
+            outcome = await session.whole()
+            if outcome is not None:
+                result = outcome.result
+                self.send_json(completion.envelope(prefix + result.text, finish_reason(result),
+                                                   legacy_logprobs(result.logprobs, llm.token_bytes, len(prefix)),
                                                    usage=_usage(result)))
+            return
 
-    async def _stream(self, submit: Any, request: CompletionRequest, completion: TextCompletion, prefix: str) -> None:
-        pieces = astream_pieces(submit, self.ctx.engine.cancel_generation)
-        first = await self.first_piece(pieces)
-        self.start_events()
-        try:
+        async def start() -> None:
+            self.start_events()
             if prefix:
                 await self.send_event(completion.envelope(prefix, None))
-            if first is not None:
-                await self.send_event(completion.envelope(first, None))
-                async for piece in pieces:
-                    await self.send_event(completion.envelope(piece, None))
-            result = self._future.result()
-            self.check_not_cancelled(result)
-        except MnnEngineError as exc:  # the status is sent: reported in the stream
-            await self.send_event(error_body(exc.code, exc.message))
-        else:
-            logprobs = legacy_logprobs(result.logprobs, self.ctx.engine.llm.token_bytes, len(prefix))
-            await self.send_event(completion.envelope("", _finish(result), logprobs))
+
+        async def emit(deltas: list[Delta]) -> None:
+            for delta in deltas:
+                await self.send_event(completion.envelope(delta.text, None))
+
+        outcome = await session.stream(start, emit, self.send_error_event)
+        if outcome is not None:
+            result = outcome.result
+            logprobs = legacy_logprobs(result.logprobs, llm.token_bytes, len(prefix))
+            await self.send_event(completion.envelope("", finish_reason(result), logprobs))
             if request.include_usage:
                 chunk = completion.envelope("", None, usage=_usage(result))
                 chunk["choices"] = []
                 await self.send_event(chunk)
         self.end_events()
-
-
-def _finish(result: GenerationResult) -> str:
-    return "length" if result.finish_reason == "length" else "stop"
 
 
 def _usage(result: GenerationResult) -> dict[str, Any]:

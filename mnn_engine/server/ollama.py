@@ -27,13 +27,13 @@ from typing import Any
 from tornado.ioloop import IOLoop
 
 from .. import jsonutil
-from ..api.openai_chat import ChatRequest, ImagePolicy, OutputParser, parse_chat_request, prompt_opens_thinking
+from ..api.openai_chat import ChatRequest, ImagePolicy, finish_reason, parse_chat_request
 from ..errors import MnnEngineError, invalid
 from ..hub.sources import UrlPolicy
 from ..runtime.llm import GenerationResult
-from ..runtime.streaming import astream_pieces
 from .app import BodyHandler, JsonHandler, active_model_name, error_body, model_capabilities
 from .embeddings import dimensions_field, shortened
+from .session import GenerationSession
 
 log = logging.getLogger("mnn_engine.server")
 
@@ -120,7 +120,7 @@ def _tool_call(call: Any, where: str) -> dict[str, Any]:
 
 
 def _durations(result: GenerationResult, started: float) -> dict[str, Any]:
-    return {"done": True, "done_reason": "length" if result.finish_reason == "length" else "stop",
+    return {"done": True, "done_reason": finish_reason(result),
             "total_duration": int((time.perf_counter() - started) * 1e9), "load_duration": 0,
             "prompt_eval_count": result.prompt_tokens, "prompt_eval_duration": int(result.prefill_ms * 1e6),
             "eval_count": result.completion_tokens, "eval_duration": int(result.decode_ms * 1e6)}
@@ -184,6 +184,10 @@ class OllamaBodyHandler(BodyHandler, OllamaHandler):
     async def send_line(self, data: Any) -> None:
         await self.send_now(jsonutil.dumps(data) + b"\n")
 
+    async def send_error_line(self, exc: MnnEngineError) -> None:
+        """A failure after an NDJSON answer started (Ollama's ``error``, and this server's code and status)."""
+        await self.send_line({"error": exc.message, "code": exc.code, "http_status": exc.kind.http_status})
+
 
 class ShowHandler(OllamaBodyHandler):
     async def post(self) -> None:
@@ -204,49 +208,29 @@ class _Generation(OllamaBodyHandler):
 
     async def generate(self, prompt: Any, request: ChatRequest, stream: bool, frame: Any) -> None:
         """``frame(content, thinking, tool_calls)`` makes one line's payload."""
-        engine = self.ctx.engine
-        rendered: list[tuple[str | None, int]] = []
         started = time.perf_counter()
+        session = GenerationSession(self, prompt, parse_tools=request.parse_tools,
+                                    enable_thinking=request.enable_thinking, tools=request.tools,
+                                    tool_choice=request.tool_choice, **request.sampling)
+        if not stream:
+            outcome = await session.whole()
+            if outcome is not None:
+                self.send_json({**frame(*_split(outcome.deltas)), **_durations(outcome.result, started)})
+            return
 
-        def submit(put: Any) -> Any:
-            self._future = engine.submit(prompt, put, on_prompt=lambda *p: rendered.append(p),
-                                         enable_thinking=request.enable_thinking, tools=request.tools,
-                                         tool_choice=request.tool_choice, **request.sampling)
-            return self._future
-
-        def parser() -> OutputParser:
-            text = rendered[0][0] if rendered else None
-            return OutputParser(in_reasoning=prompt_opens_thinking(text or ""), parse_tools=request.parse_tools)
-
-        async with self.generation_turn():
-            if not stream:
-                submit(None)
-                result = await asyncio.wrap_future(self._future)
-                if self._closed:
-                    return
-                self.check_not_cancelled(result)
-                p = parser()
-                deltas = p.feed(result.text) + p.finish()
-                self.send_json({**frame(*_split(deltas)), **_durations(result, started)})
-                return
-            pieces = astream_pieces(submit, engine.cancel_generation)
-            first = await self.first_piece(pieces)
-            p = parser()
+        async def start() -> None:
             self.set_header("Content-Type", "application/x-ndjson")
-            try:
-                if first is not None:
-                    await self._lines(p.feed(first), frame)
-                    async for piece in pieces:
-                        await self._lines(p.feed(piece), frame)
-                await self._lines(p.finish(), frame)
-                result = self._future.result()
-                self.check_not_cancelled(result)
-            except MnnEngineError as exc:
-                await self.send_line({"error": exc.message, "code": exc.code})
-            else:
-                await self.send_line({**frame("", "", None), **_durations(result, started)})
-            if not self._closed:
-                self.finish()
+
+        async def emit(deltas: list[Any]) -> None:
+            for delta in deltas:
+                content, thinking, calls = _split([delta])
+                await self.send_line({**frame(content, thinking, calls), "done": False})
+
+        outcome = await session.stream(start, emit, self.send_error_line)
+        if outcome is not None:
+            await self.send_line({**frame("", "", None), **_durations(outcome.result, started)})
+        if not self.closed:
+            self.finish()
 
     def begin(self) -> tuple[str, Mapping[str, Any], bool, ImagePolicy]:
         """What both routes check first: the model, the body, whether to stream, the image policy."""
@@ -257,11 +241,6 @@ class _Generation(OllamaBodyHandler):
         policy = ImagePolicy(model_is_visual=bool(self.ctx.engine.llm.file_config.get("is_visual")),
                              allow_file_urls=False)
         return model, body, _stream_flag(body), policy
-
-    async def _lines(self, deltas: list[Any], frame: Any) -> None:
-        for delta in deltas:
-            content, thinking, calls = _split([delta])
-            await self.send_line({**frame(content, thinking, calls), "done": False})
 
 
 def _split(deltas: list[Any]) -> tuple[str, str, list[dict[str, Any]] | None]:
@@ -407,11 +386,11 @@ class PullHandler(OllamaBodyHandler):
                                                                               "unexpectedly (see the server log)")
             if not isinstance(exc, MnnEngineError):
                 log.error("pull of %s failed", spec, exc_info=exc)
-            await self.send_line({"error": error.message, "code": error.code, "http_status": error.kind.http_status})
+            await self.send_error_line(error)
         else:
             await self.send_line({"status": "verifying sha256 digest"})
             await self.send_line({"status": "success", "model": info.id})
-        if not self._closed:
+        if not self.closed:
             self.finish()
 
     def on_connection_close(self) -> None:

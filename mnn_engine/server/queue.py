@@ -31,6 +31,8 @@ class GenerationQueue:
         self.limit = limit
         self.timeout = float(timeout)
         self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        #: each request's place in the line (or the turn it was given), until release(owner)
+        self._places: dict[int, asyncio.Future[None]] = {}
         #: the request given the turn, until its generation starts (no one may slip in before it)
         self.holder: Any = None
         self.on_timeout = on_timeout
@@ -76,7 +78,7 @@ class GenerationQueue:
             raise MnnEngineError("busy", f"the model is busy and {self.limit} requests are already waiting")
         waiter: asyncio.Future[None] = self.loop.create_future()
         self.waiters.append(waiter)
-        owner._queue_waiter = waiter  # kept: release(owner) gives up its place or its turn
+        self._places[id(owner)] = waiter  # release(owner) gives up its place or its turn
         try:
             await asyncio.wait_for(asyncio.shield(waiter), self.timeout)
         except asyncio.TimeoutError:
@@ -93,7 +95,7 @@ class GenerationQueue:
         """``owner`` is done with the queue (its response finished or its client
         left): its place in the line, or the turn it was given and did not use
         for a generation, goes to the next."""
-        waiter = getattr(owner, "_queue_waiter", None)
+        waiter = self._places.pop(id(owner), None)
         if waiter is not None and not waiter.done():
             waiter.cancel()
         if waiter is not None and waiter in self.waiters:

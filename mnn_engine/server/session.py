@@ -1,0 +1,127 @@
+"""One generation of an HTTP route, whatever the dialect.
+
+Chat completions, completions, Ollama's chat and generate all go through
+``GenerationSession``: it takes the queue turn, submits the generation, waits
+for the first piece (so a refusal or a failure before any text is still a
+plain HTTP error), cancels the generation when the client leaves, parses the
+output (reasoning, content, tool calls), and turns a failure after the
+answer has started into the dialect's in-stream error frame. Each dialect
+only formats: it passes the callbacks that write its own frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..api.openai_chat import Delta, OutputParser, prompt_opens_thinking
+from ..errors import MnnEngineError
+from ..runtime.llm import GenerationResult
+from ..runtime.streaming import astream_pieces
+
+
+class SessionHandler(Protocol):
+    """What a session needs of its route's handler (``app.BodyHandler`` has it)."""
+
+    ctx: Any
+    generation: Any
+    closed: bool
+
+    def generation_turn(self) -> AbstractAsyncContextManager[None]: ...
+
+    async def first_piece(self, pieces: Any) -> str | None: ...
+
+    def check_not_cancelled(self, result: GenerationResult) -> None: ...
+
+#: a dialect's writer of parsed output, and of an error once the answer has started
+Emit = Callable[[list[Delta]], Awaitable[None]]
+EmitError = Callable[[MnnEngineError], Awaitable[None]]
+
+
+@dataclass
+class Outcome:
+    """A finished generation: the result, its parsed output, what the parser saw."""
+
+    result: GenerationResult
+    deltas: list[Delta] = field(default_factory=list)  # for whole answers; streams emitted theirs
+    parser: OutputParser | None = None
+    dropped: int = 0  # messages dropped to fit the context
+
+    @property
+    def tool_calls(self) -> bool:
+        return bool(self.parser is not None and self.parser.tool_calls)
+
+
+class GenerationSession:
+    """``prompt`` and ``options`` go to ``engine.submit``; ``parse`` splits
+    reasoning and tool calls out of the text (False: the text as content)."""
+
+    def __init__(self, handler: SessionHandler, prompt: Any, *, parse: bool = True, parse_tools: bool = False,
+                 **options: Any) -> None:
+        self.handler = handler
+        self.prompt, self.options = prompt, options
+        self.parse, self.parse_tools = parse, parse_tools
+        self._rendered: list[tuple[str | None, int]] = []  # (prompt text, messages dropped), from the generation thread
+
+    def _submit(self, put: Callable[[str], None] | None) -> Future[GenerationResult]:
+        handler = self.handler
+        handler.generation = handler.ctx.engine.submit(self.prompt, put, on_prompt=lambda *p: self._rendered.append(p),
+                                                       **self.options)
+        return handler.generation
+
+    def _parser(self) -> OutputParser | None:
+        if not self.parse:
+            return None
+        text = self._rendered[0][0] if self._rendered else None
+        return OutputParser(in_reasoning=prompt_opens_thinking(text or ""), parse_tools=self.parse_tools)
+
+    @property
+    def dropped(self) -> int:
+        return self._rendered[0][1] if self._rendered else 0
+
+    @staticmethod
+    def _feed(parser: OutputParser | None, text: str) -> list[Delta]:
+        if parser is None:
+            return [Delta("content", text)] if text else []
+        return parser.feed(text)
+
+    async def whole(self) -> Outcome | None:
+        """The whole answer (None: the client left before it was done)."""
+        handler = self.handler
+        async with handler.generation_turn():
+            future = self._submit(None)
+            result = await asyncio.wrap_future(future)
+            if handler.closed:
+                return None
+            handler.check_not_cancelled(result)
+            parser = self._parser()
+            deltas = self._feed(parser, result.text) + (parser.finish() if parser is not None else [])
+            return Outcome(result, deltas, parser, self.dropped)
+
+    async def stream(self, start: Callable[[], Awaitable[None]], emit: Emit, emit_error: EmitError) -> Outcome | None:
+        """Stream the answer: ``start()`` once the first piece is there (the
+        headers and any opening frame), ``emit(deltas)`` as text comes, and on
+        a failure after that ``emit_error(exc)`` (None is returned then)."""
+        handler = self.handler
+        async with handler.generation_turn():
+            pieces = astream_pieces(self._submit, handler.ctx.engine.cancel_generation)
+            first = await handler.first_piece(pieces)
+            parser = self._parser()
+            await start()
+            try:
+                if first is not None:
+                    await emit(self._feed(parser, first))
+                    async for piece in pieces:
+                        await emit(self._feed(parser, piece))
+                if parser is not None:
+                    await emit(parser.finish())
+                result = handler.generation.result()
+                handler.check_not_cancelled(result)
+            except MnnEngineError as exc:  # the status is sent: the dialect reports it in the stream
+                await emit_error(exc)
+                return None
+            return Outcome(result, [], parser, self.dropped)
