@@ -25,6 +25,13 @@ from ..hub import catalog
 from ..runtime.build import BACKENDS, backend_capabilities, build_info
 from ..runtime.llm import DEFAULT_DRAFT_TOKENS
 from ..runtime.sampling import MAX_DRAFT_TOKENS, SPECULATIVE
+from ..server.settings import (
+    DEFAULT_HOST,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_PORT,
+    DEFAULT_QUEUE_TIMEOUT,
+    ServerSettings,
+)
 from ..store.layout import ModelInfo, model_id_from_name
 from ..store.models import ModelStore
 
@@ -415,11 +422,15 @@ def _serve(args: argparse.Namespace) -> int:
     if model is None:
         raise MnnEngineError("model_not_found", "no MODEL given and no model loaded before: "
                              "python -m mnn_engine serve MODEL (a store ID or a model directory)")
-    if host not in ("127.0.0.1", "localhost", "::1") and not key:
+    settings = ServerSettings(host=host, port=args.port, api_key=key, max_body_bytes=int(args.max_body_mb * 2**20),
+                              allow_file_urls=args.allow_file_urls, cors_origins=tuple(args.cors_origin),
+                              access_log=args.access_log, queue=args.queue, queue_timeout=args.queue_timeout,
+                              allow_pull_urls=tuple(args.allow_pull_url)).validated()
+    if not settings.loopback_only and not key:
         print(f"warning: serving on {host} without an API key: anyone on your network can use the model "
               "(set --api-key, --api-key-file or MNN_ENGINE_API_KEY)", file=sys.stderr)
     # the address first: a port in use is reported before the model loads
-    sockets = bind(host, args.port)
+    sockets = bind(settings.host, settings.port)
     try:
         engine.load(model, **_load_overrides(args))
 
@@ -427,10 +438,7 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"mnn-engine: serving {engine.active_model_id or model} at {url} (Ctrl-C stops)",
                   file=sys.stderr, flush=True)
 
-        serve_forever(engine, host=host, port=args.port, api_key=key,
-                      max_body_bytes=int(args.max_body_mb * 1024 * 1024), allow_file_urls=args.allow_file_urls,
-                      on_ready=ready, sockets=sockets, cors_origins=args.cors_origin, access_log=args.access_log,
-                      queue=args.queue, queue_timeout=args.queue_timeout, allow_pull_urls=args.allow_pull_url)
+        serve_forever(engine, settings, on_ready=ready, sockets=sockets)
     finally:
         for sock in sockets:
             sock.close()
@@ -561,9 +569,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("serve", help="serve a model as an OpenAI-compatible HTTP API")
     p.add_argument("model", nargs="?", help="a store ID or a model directory (default: the last one loaded)")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    where.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
     where.add_argument("--all-interfaces", action="store_true", help="listen on 0.0.0.0 (use an API key)")
-    p.add_argument("--port", type=_port, default=8081)
+    p.add_argument("--port", type=_port, default=DEFAULT_PORT)
     keys = p.add_mutually_exclusive_group()
     keys.add_argument("--api-key", help="require Authorization: Bearer KEY on /v1 routes")
     keys.add_argument("--api-key-file", help="read the API key from this file")
@@ -574,9 +582,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue", type=int, default=0, metavar="N",
                    help="let up to N requests wait for the model, first come first served (default 0: a request "
                         "that finds the model busy gets 429 at once)")
-    p.add_argument("--queue-timeout", type=float, default=60.0, metavar="S",
-                   help="seconds a queued request waits before it gets 429 (default 60)")
-    p.add_argument("--max-body-mb", type=_body_mb, default=8.0, help="largest request body in MiB (default 8)")
+    p.add_argument("--queue-timeout", type=float, default=DEFAULT_QUEUE_TIMEOUT, metavar="S",
+                   help=f"seconds a queued request waits before it gets 429 (default {DEFAULT_QUEUE_TIMEOUT:g})")
+    p.add_argument("--max-body-mb", type=_body_mb, default=DEFAULT_MAX_BODY_BYTES / 2**20,
+                   help=f"largest request body in MiB (default {DEFAULT_MAX_BODY_BYTES / 2**20:g})")
     p.add_argument("--allow-file-urls", action="store_true", help="accept file:// image URLs (local files)")
     p.add_argument("--allow-pull-url", action="append", default=[], metavar="PATTERN",
                    help="let /api/pull fetch manifest URLs matching PATTERN (shell-style, e.g. "

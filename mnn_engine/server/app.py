@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import ipaddress
 import logging
 import threading
 import time
@@ -40,13 +39,13 @@ from ..runtime.llm import GenerationResult
 from ..workers import DaemonPool
 from .openapi import openapi_spec
 from .session import GenerationSession
+from .settings import ServerSettings, is_loopback_host
 
 if TYPE_CHECKING:
     from ..engine.protocol import ServedEngine
 
 log = logging.getLogger("mnn_engine.server")
 
-DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 #: what answers without the API key: the page, the health check and the API description
 PUBLIC_PATHS = frozenset({"/", "/health", "/openapi.json"})
 MAX_JSON_DEPTH = 64
@@ -61,27 +60,17 @@ class ServerContext:
     """What the handlers share."""
 
     engine: ServedEngine
-    api_key: str | None = None
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    allow_file_urls: bool = False
+    settings: ServerSettings = field(default_factory=ServerSettings)
     stopping: bool = False
     fingerprint: str = field(default_factory=lambda: f"mnn-engine-{__version__}")
     started: float = field(default_factory=time.time)
     active: set[BodyHandler] = field(default_factory=set)
-    #: Origins of other web pages allowed to call the API ("*": any); the server's own always is.
-    cors_origins: tuple[str, ...] = ()
-    #: Bound to loopback: refuse requests whose Host is not a loopback name (DNS rebinding).
-    loopback_only: bool = True
-    #: A log line per request (tornado.access); off by default, /health polls would fill the terminal.
-    access_log: bool = False
     #: /metrics (server.metrics.Metrics), set when the server starts
     metrics: Any = None
     #: the route patterns, for the metrics' route label (anything else counts as "other")
     routes: frozenset[str] = frozenset()
     #: the request queue (server.queue.GenerationQueue), set when the server starts
     queue: Any = None
-    #: manifest URLs a client may make the server pull from beyond public https hosts (shell patterns)
-    allow_pull_urls: tuple[str, ...] = ()
     #: pulls run here (a few at once), never on the tokenizer routes' threads or the IOLoop
     pulls: DaemonPool = field(default_factory=lambda: DaemonPool("mnn-engine-pull", PULL_WORKERS))
     #: the stop events of the running pulls (set when the server stops)
@@ -90,21 +79,6 @@ class ServerContext:
     events: Any = None
     #: the tokenizer routes' work (tokenize, detokenize, templates), off the IOLoop
     text_work: DaemonPool = field(default_factory=lambda: DaemonPool("mnn-engine-text", TEXT_WORKERS))
-
-
-def is_loopback_host(host: str) -> bool:
-    """Whether a Host header (with or without port) names this machine's loopback."""
-    name = host.strip().lower()
-    if name.startswith("["):
-        name = name[1:].partition("]")[0]
-    elif name.count(":") == 1:
-        name = name.partition(":")[0]
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def error_body(code: str, message: str, param: str | None = None) -> dict[str, Any]:
@@ -127,12 +101,12 @@ class JsonHandler(tornado.web.RequestHandler):
     def _check_host_and_origin(self) -> None:
         """No access from other web pages unless allowed (CORS), and none
         through a foreign host name (DNS rebinding) when bound to loopback."""
-        if self.ctx.loopback_only and not is_loopback_host(self.request.host or ""):
+        if self.ctx.settings.loopback_only and not is_loopback_host(self.request.host or ""):
             raise MnnEngineError("forbidden", f"Host {self.request.host!r} is not this server's loopback address")
         origin = self.request.headers.get("Origin")
         if origin is None or origin == f"{self.request.protocol}://{self.request.host}":
             return  # not a browser's cross-origin request
-        allowed = self.ctx.cors_origins
+        allowed = self.ctx.settings.cors_origins
         if origin not in allowed and "*" not in allowed:
             raise MnnEngineError("forbidden", f"web pages from {origin} may not use this server "
                                               "(serve --cors-origin ORIGIN allows one)")
@@ -145,10 +119,11 @@ class JsonHandler(tornado.web.RequestHandler):
 
     def prepare(self) -> None:
         self._check_host_and_origin()
-        if self.request.path not in PUBLIC_PATHS and self.ctx.api_key and self.request.method != "OPTIONS":
+        key = self.ctx.settings.api_key
+        if self.request.path not in PUBLIC_PATHS and key and self.request.method != "OPTIONS":
             header = self.request.headers.get("Authorization", "")
             scheme, _, token = header.partition(" ")
-            ok = scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.ctx.api_key.encode())
+            ok = scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
             if not ok:
                 raise MnnEngineError("unauthorized", "missing or wrong API key (Authorization: Bearer <key>)")
 
@@ -262,7 +237,7 @@ class HealthHandler(JsonHandler):
             "engine": snap["engine"],
             "model": model,
             "server": {"state": snap["server"]["state"], "uptime_s": round(time.time() - self.ctx.started, 1),
-                       "auth": bool(self.ctx.api_key)},
+                       "auth": bool(self.ctx.settings.api_key)},
             "generation": snap["generation"],
             "queue": None if self.ctx.queue is None else {"limit": self.ctx.queue.limit,
                                                           "waiting": self.ctx.queue.depth,
@@ -300,16 +275,17 @@ class BodyHandler(JsonHandler):
         #: the client went away
         self.closed = False
         length = self.request.headers.get("Content-Length")
-        if length is not None and length.isdigit() and int(length) > self.ctx.max_body_bytes:
+        if length is not None and length.isdigit() and int(length) > self.ctx.settings.max_body_bytes:
             raise self._too_large_error()
         # Tornado cuts a body off at its own limit with a bare 400; ours comes first
-        self.request.connection.set_max_body_size(2 * self.ctx.max_body_bytes + 1)
+        self.request.connection.set_max_body_size(2 * self.ctx.settings.max_body_bytes + 1)
 
     def _too_large_error(self) -> MnnEngineError:
-        return MnnEngineError("payload_too_large", f"the request body is larger than {self.ctx.max_body_bytes} bytes")
+        limit = self.ctx.settings.max_body_bytes
+        return MnnEngineError("payload_too_large", f"the request body is larger than {limit} bytes")
 
     def data_received(self, chunk: bytes) -> None:
-        if self._too_large or len(self._body) + len(chunk) > self.ctx.max_body_bytes:
+        if self._too_large or len(self._body) + len(chunk) > self.ctx.settings.max_body_bytes:
             self._too_large = True  # a chunked body: refused (413) once it has been read
             return
         self._body.extend(chunk)
@@ -442,7 +418,7 @@ class ChatCompletionsHandler(BodyHandler):
         model = self.require_model()
         engine = self.ctx.engine
         policy = ImagePolicy(model_is_visual=bool(engine.llm.file_config.get("is_visual")),
-                             allow_file_urls=self.ctx.allow_file_urls)
+                             allow_file_urls=self.ctx.settings.allow_file_urls)
         request = parse_chat_request(self.parse_body(), policy)
         try:
             await self._complete(model, request)

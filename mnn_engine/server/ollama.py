@@ -351,7 +351,7 @@ class PullHandler(OllamaBodyHandler):
             loop.add_callback(progress.put_nowait, (done, total))
 
         # a client names the URL: it may reach public https hosts only, unless the operator allows more
-        policy = UrlPolicy(public_only=True, allowed=self.ctx.allow_pull_urls)
+        policy = UrlPolicy(public_only=True, allowed=self.ctx.settings.allow_pull_urls)
         self._stop = threading.Event()
         self.ctx.pull_stops.add(self._stop)
         try:

@@ -37,7 +37,7 @@ def make_app(ctx: ServerContext) -> tornado.web.Application:
         *events.routes(ctx),
     ]
     ctx.routes = frozenset(pattern for pattern, *_ in handlers)
-    settings: dict[str, Any] = {} if ctx.access_log else {"log_function": lambda handler: None}
+    settings: dict[str, Any] = {} if ctx.settings.access_log else {"log_function": lambda handler: None}
     return tornado.web.Application(
         handlers,
         default_handler_class=NotFoundHandler,

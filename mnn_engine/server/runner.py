@@ -14,7 +14,6 @@ import resource
 import signal
 import socket
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,22 +21,19 @@ from tornado.iostream import IOStream
 from tornado.netutil import bind_sockets
 
 from ..errors import MnnEngineError
-from .app import DEFAULT_MAX_BODY_BYTES, ServerContext, is_loopback_host
+from .app import ServerContext
 from .events import EventFanout
 from .http_server import ApiHTTPServer
 from .metrics import Metrics
 from .queue import GenerationQueue
 from .routes import make_app
+from .settings import ServerSettings
 
 if TYPE_CHECKING:
     from ..engine.protocol import ServedEngine
 
 log = logging.getLogger("mnn_engine.server")
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8081
-#: seconds a queued request waits for the model before it is answered 429
-DEFAULT_QUEUE_TIMEOUT = 60.0
 STOP_GRACE_SECONDS = 10.0
 MAX_CONNECTIONS = 256
 FDS_KEPT_FREE = 24  # for the model's files, logs, the scratch directory, the first-touch child
@@ -158,29 +154,20 @@ def _url(sockets: list[socket.socket], host: str) -> str:
     return f"http://{shown}:{port}"
 
 
-async def _start(engine: ServedEngine, host: str, port: int, api_key: str | None, max_body_bytes: int,
-                 allow_file_urls: bool, sockets: list[socket.socket] | None = None,
-                 cors_origins: Sequence[str] = (), access_log: bool = False, queue: int = 0,
-                 queue_timeout: float = DEFAULT_QUEUE_TIMEOUT, allow_pull_urls: Sequence[str] = ()) -> RunningServer:
-    if api_key is not None and not api_key.strip():
-        raise MnnEngineError("invalid_argument", "the API key is empty (None serves without authentication)",
-                             param="api_key")
-    if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1:
-        raise MnnEngineError("invalid_argument", f"max_body_bytes must be a positive integer (got {max_body_bytes!r})",
-                             param="max_body_bytes")
+async def _start(engine: ServedEngine, settings: ServerSettings,
+                 sockets: list[socket.socket] | None = None) -> RunningServer:
+    settings.validated()
     engine.require_model_for_server()
     engine.set_server_state("starting")
     try:
-        sockets = sockets or bind(host, port)
+        sockets = sockets or bind(settings.host, settings.port)
     except MnnEngineError:
         engine.set_server_state("stopped")
         raise
-    ctx = ServerContext(engine, api_key=api_key, max_body_bytes=max_body_bytes,
-                        allow_file_urls=allow_file_urls, cors_origins=tuple(cors_origins),
-                        loopback_only=is_loopback_host(host), access_log=access_log, metrics=Metrics(engine),
-                        allow_pull_urls=tuple(allow_pull_urls))
+    ctx = ServerContext(engine, settings=settings, metrics=Metrics(engine))
     try:
-        ctx.queue = GenerationQueue(engine, queue, queue_timeout, on_timeout=ctx.metrics.queue_timeouts.inc)
+        ctx.queue = GenerationQueue(engine, settings.queue, settings.queue_timeout,
+                                    on_timeout=ctx.metrics.queue_timeouts.inc)
     except MnnEngineError:
         ctx.metrics.close()
         engine.set_server_state("stopped")
@@ -189,9 +176,9 @@ async def _start(engine: ServedEngine, host: str, port: int, api_key: str | None
     ctx.events = EventFanout(engine.events, asyncio.get_running_loop())
     limit = connection_limit()
     http = ApiHTTPServer(make_app(ctx), limit=limit, per_client=max(4, limit // PER_CLIENT_SHARE),
-                         body_limit=max_body_bytes)
+                         body_limit=settings.max_body_bytes)
     listeners = [Listener(sock, http) for sock in sockets]
-    url = _url(sockets, host)
+    url = _url(sockets, settings.host)
     engine.set_server_state("running", url)
     log.info("serving %s at %s", engine.active_model_id or "a model", url)
     return RunningServer(ctx, http, url, asyncio.get_running_loop(), listeners, stopped=asyncio.Event())
@@ -223,18 +210,13 @@ async def _stop(server: RunningServer) -> None:
 
 
 # ---------------------------------------------------------------- foreground
-def serve_forever(engine: ServedEngine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                  api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                  allow_file_urls: bool = False, on_ready: Any = None,
-                  sockets: list[socket.socket] | None = None, cors_origins: Sequence[str] = (),
-                  access_log: bool = False, queue: int = 0, queue_timeout: float = DEFAULT_QUEUE_TIMEOUT,
-                  allow_pull_urls: Sequence[str] = ()) -> None:
+def serve_forever(engine: ServedEngine, settings: ServerSettings, *, on_ready: Any = None,
+                  sockets: list[socket.socket] | None = None) -> None:
     """Serve until SIGINT or SIGTERM, then stop the server and unload the
-    model. ``sockets``: already bound ones (``bind``), else host and port."""
+    model. ``sockets``: already bound ones (``bind``), else the settings' host and port."""
 
     async def main() -> None:
-        server = await _start(engine, host, port, api_key, max_body_bytes, allow_file_urls, sockets, cors_origins,
-                              access_log, queue, queue_timeout, allow_pull_urls)
+        server = await _start(engine, settings, sockets)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(_stop(server)))
@@ -248,22 +230,18 @@ def serve_forever(engine: ServedEngine, *, host: str = DEFAULT_HOST, port: int =
 
 
 # ---------------------------------------------------------------- background
-def start_background_server(engine: ServedEngine, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                            api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                            allow_file_urls: bool = False, cors_origins: Sequence[str] = (),
-                            access_log: bool = False, queue: int = 0,
-                            queue_timeout: float = DEFAULT_QUEUE_TIMEOUT, allow_pull_urls: Sequence[str] = ()) -> str:
+def start_background_server(engine: ServedEngine, settings: ServerSettings | None = None, **options: Any) -> str:
     """Run the server on its own thread and event loop; returns its URL once
-    it listens (or raises, e.g. ``port_in_use``)."""
+    it listens (or raises, e.g. ``port_in_use``). ``options``: the fields of
+    ``ServerSettings`` (``port=0`` takes any free port)."""
+    chosen = settings if settings is not None else ServerSettings.from_options(options)
     ready = threading.Event()
     outcome: dict[str, Any] = {}
 
     def run() -> None:
         async def main() -> None:
             try:
-                server = await _start(engine, host, port, api_key, max_body_bytes, allow_file_urls,
-                                      cors_origins=cors_origins, access_log=access_log, queue=queue,
-                                      queue_timeout=queue_timeout, allow_pull_urls=allow_pull_urls)
+                server = await _start(engine, chosen)
             except BaseException as exc:
                 outcome["error"] = exc
                 ready.set()
