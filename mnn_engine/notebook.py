@@ -10,6 +10,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from . import config
+
 if TYPE_CHECKING:
     from .engine.engine import Engine
 
@@ -22,7 +24,7 @@ def pick_model(engine: Engine, choice: str | None = None, default: str = DEFAULT
     """A store ID for the examples: ``choice`` (a model directory, a store ID
     or a catalog name; default ``$MNN_ENGINE_EXAMPLE_MODEL``), else the first
     model in the store, else ``default`` pulled from its catalog source."""
-    choice = choice if choice is not None else os.environ.get("MNN_ENGINE_EXAMPLE_MODEL")
+    choice = choice if choice is not None else config.example_model()
     if choice and os.path.isdir(os.path.expanduser(choice)):
         return engine.store.import_model(os.path.expanduser(choice), replace=True).id
     if choice:

@@ -11,14 +11,13 @@ import contextlib
 import json
 import logging
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, jsonutil
+from .. import __version__, config, jsonutil
 from ..engine.engine import MEMORY_MODES, PRECISIONS, Engine, LoadOptions, preset_options
 from ..errors import MnnEngineError
 from ..hub import catalog
@@ -405,7 +404,7 @@ def _api_key(args: argparse.Namespace) -> str | None:
         if not key:
             raise MnnEngineError("invalid_argument", "the API key file is empty", param="api_key_file")
         return key
-    return os.environ.get("MNN_ENGINE_API_KEY") or None
+    return config.api_key()
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -5,11 +5,11 @@ MNN can load."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import config
 from ..errors import MnnEngineError
 from .sources import version_tuple
 
@@ -45,7 +45,7 @@ class CatalogEntry:
 
 
 def _path() -> Path:
-    return Path(os.environ.get("MNN_ENGINE_CATALOG") or CATALOG_FILE)
+    return config.catalog_file(CATALOG_FILE)
 
 
 def entries() -> list[CatalogEntry]:

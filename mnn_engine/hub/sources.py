@@ -13,7 +13,6 @@ from __future__ import annotations
 import fnmatch
 import http.client
 import ipaddress
-import os
 import re
 import socket
 import urllib.error
@@ -22,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import jsonutil
+from .. import config, jsonutil
 from ..errors import MnnEngineError
 from ..version import __version__
 
@@ -75,21 +74,9 @@ class Listing:
                           for f in self.files]}
 
 
-def hf_endpoint() -> str:
-    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-
-
-def modelscope_endpoint() -> str:
-    domain = os.environ.get("MODELSCOPE_DOMAIN", "www.modelscope.cn").rstrip("/")
-    return domain if domain.startswith(("http://", "https://")) else f"https://{domain}"
-
-
-def _token_header(*names: str) -> dict[str, str]:
-    for name in names:
-        token = os.environ.get(name, "").strip()
-        if token:
-            return {"Authorization": f"Bearer {token}"}
-    return {}
+def _token_header(source: str) -> dict[str, str]:
+    token = config.hub_token(source)
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def _loopback_http(url: str) -> bool:
@@ -247,8 +234,8 @@ def _check_repo(repo: str) -> str:
 def list_hf(repo: str, revision: str = "main") -> Listing:
     """The files of a Hugging Face model repository at ``revision``."""
     _check_repo(repo)
-    headers = _token_header("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
-    base = hf_endpoint()
+    headers = _token_header("hf")
+    base = config.hf_endpoint()
     info = _read_json(f"{base}/api/models/{repo}/revision/{urllib.parse.quote(revision, safe='')}?blobs=true",
                       headers, f"hf:{repo}@{revision}", "hf")
     commit = info.get("sha") if isinstance(info, dict) else None
@@ -281,8 +268,8 @@ def list_hf(repo: str, revision: str = "main") -> Listing:
 def list_modelscope(repo: str, revision: str = "master") -> Listing:
     """The files of a ModelScope model repository at ``revision``."""
     _check_repo(repo)
-    headers = _token_header("MODELSCOPE_API_TOKEN")
-    base = modelscope_endpoint()
+    headers = _token_header("modelscope")
+    base = config.modelscope_endpoint()
     query = urllib.parse.urlencode({"Revision": revision, "Recursive": "true"})
     answer = _read_json(f"{base}/api/v1/models/{repo}/repo/files?{query}", headers,
                         f"modelscope:{repo}@{revision}", "modelscope")

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
-from .. import _mnn
+from .. import _mnn, config
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +128,7 @@ def backend_capabilities() -> dict[str, dict[str, bool]]:
     ``MNN_ENGINE_ASSUME_BACKENDS=opencl,vulkan`` to override the probe."""
     compiled = set(build_info()["backends_compiled"]) | {"cpu"}
     compiled |= {name for name in BACKEND_LIBRARIES if backend_library(name) is not None}
-    assumed = {b.strip() for b in os.environ.get("MNN_ENGINE_ASSUME_BACKENDS", "").split(",") if b.strip()}
+    assumed = config.assumed_backends()
     caps = {}
     for name in BACKENDS:
         is_compiled = name in compiled

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .. import config
 from ..errors import MnnEngineError
 from .build import engine_identity
 
@@ -39,11 +40,7 @@ _STAGES = {
 
 
 def markers_dir() -> Path:
-    home = os.environ.get("MNN_ENGINE_HOME")
-    if home:
-        return Path(home) / "verified"
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "mnn-engine" / "verified"
+    return config.verified_dir()
 
 
 def _marker(config_path: Path, files: dict[str, Path]) -> Path:

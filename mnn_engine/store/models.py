@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .. import config
 from ..errors import MnnEngineError
 from ..runtime.first_touch import check_in_child
 from ..runtime.model_files import (
@@ -49,13 +50,8 @@ ProgressCallback = Callable[[int, int, str], None]
 
 
 def store_root() -> Path:
-    """Where the store lives (see the module doc)."""
-    home = os.environ.get("MNN_ENGINE_HOME")
-    if home:
-        return Path(home).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
-    return base / "mnn-engine"
+    """Where the store lives (see the module doc; ``config.store_root``)."""
+    return config.store_root()
 
 
 def prepare_cache(cache_dir: Path, model_dir: Path, engine: dict[str, Any] | None = None) -> None:
