@@ -6,8 +6,10 @@ import http.client
 import json
 import time
 import urllib.parse
+from collections.abc import Iterator
 
 import openai
+import pytest
 from support import test_model_dir
 
 from mnn_engine import Engine, ModelStore
@@ -53,3 +55,48 @@ class Live:
 
     def close(self) -> None:
         self.engine.close()
+
+
+def live_fixture(tmp_path_factory, model: str, **options) -> Iterator[Live]:
+    live = Live(tmp_path_factory.mktemp("store"), model, **options)
+    yield live
+    live.close()
+
+
+def server_fixture(model: str, **options):
+    """A module-scoped fixture: a live server on ``model`` with these server options."""
+    @pytest.fixture(scope="module")
+    def server(tmp_path_factory):
+        yield from live_fixture(tmp_path_factory, model, **options)
+
+    return server
+
+
+def sse_events(raw: bytes) -> list:
+    """The data of each server-sent event (``[DONE]`` kept as the string)."""
+    events = []
+    for block in raw.decode().split("\n\n"):
+        if block.startswith("data: "):
+            data = block[6:]
+            events.append(data if data == "[DONE]" else json.loads(data))
+    return events
+
+
+SHORT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0}
+LONG = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": -1, "ignore_eos": True, "stream": True}
+
+
+class Holder:
+    """A streaming generation that keeps the model busy until ``release()``."""
+
+    def __init__(self, live: Live) -> None:
+        self.conn = http.client.HTTPConnection(live.host, live.port, timeout=60)
+        self.conn.request("POST", "/v1/chat/completions", json.dumps(LONG), {"Content-Type": "application/json"})
+        self.response = self.conn.getresponse()
+        assert self.response.status == 200
+        self.response.read(64)  # the generation runs
+        self.live = live
+
+    def release(self) -> None:
+        self.conn.close()  # the client leaves: its generation is cancelled
+        self.live.wait_idle()

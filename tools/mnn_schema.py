@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Derive, from MNN's FlatBuffers schema, the field slots that
 ``mnn_engine.runtime.mnn_graph`` reads (it has them as constants, so it needs no MNN
-sources at run time; tests/test_mnn_graph.py checks they still match).
+sources at run time; tests/runtime/test_mnn_graph.py checks they still match).
 
 Usage: python tools/mnn_schema.py [subprojects/MNN/schema/default]
 """

@@ -22,7 +22,7 @@ exactly those bytes are replaced with a JSON error in OpenAI's shape, its
 message taken from the error Tornado logged a moment before (redacted: see
 below). Headers over ``MAX_HEADER_BYTES`` cannot be answered at all:
 Tornado's ``IOStream`` closes the connection itself when the limit is passed,
-before any code here runs (``tests/test_hardening.py`` pins that the client
+before any code here runs (``tests/server/test_hardening.py`` pins that the client
 sees the connection closed).
 
 Logs. Tornado logs a malformed request's error, which quotes the offending

@@ -43,7 +43,7 @@ if [ "$#" -gt 0 ]; then TESTS=("$@"); else TESTS=(tests/); fi
 # Left out under emulation: SmolLM2 with float weights runs MNN's fp16/fp32
 # kernels, which qemu emulates in software (softfloat); it did not finish in
 # 25 minutes (2026-11-30). It runs natively in every CI run.
-TESTS+=(--deselect tests/test_speculative.py::test_with_float_weights_batched_verification_changes_no_token)
+TESTS+=(--deselect tests/runtime/test_speculative.py::test_with_float_weights_batched_verification_changes_no_token)
 case "$MODE" in source | wheel) ;; *) echo "usage: $0 [source|wheel] [-- PYTEST ARGS...]"; exit 2 ;; esac
 VENV=/opt/venv-$MODE
 OUT=$ROOT/build/arm/$MODE

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,13 +12,13 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench-results"
+sys.path.insert(0, str(REPO / "tests"))
+from support import test_model_dir  # noqa: E402 - one place locates the test models
 
 
 def test_model(name: str) -> Path:
-    """A generated model directory (built on first use)."""
-    out = subprocess.run([sys.executable, str(REPO / "tools/models/build_test_models.py"), name], check=True,
-                         stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()
-    return Path(out[-1])
+    """A generated model directory (built on first use): the suite's own helper."""
+    return test_model_dir(name)
 
 
 def median(values: list[float]) -> float:

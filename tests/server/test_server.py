@@ -10,45 +10,22 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 
 import openai
 import pytest
-from live_server import KEY, Live
+from live_server import KEY, Live, server_fixture, sse_events
 from support import SCRIPTED_TEXT, THINKING_TEXT, test_model_dir
 
 from mnn_engine import Engine, MnnEngineError, ModelStore
 from mnn_engine.server import runner
 
 CHAT = [{"role": "user", "content": "hi"}]
-def _live(tmp_path_factory, model: str, **options) -> Iterator[Live]:
-    live = Live(tmp_path_factory.mktemp("store"), model, **options)
-    yield live
-    live.close()
+scripted_server = server_fixture("tiny-scripted")
+tiny_server = server_fixture("tiny")
+toolcall_server = server_fixture("tiny-toolcall")
+thinking_server = server_fixture("tiny-thinking")
+auth_server = server_fixture("tiny-scripted", api_key=KEY, max_body_bytes=64 * 1024)
 
-
-def _server_fixture(model: str, **options):
-    @pytest.fixture(scope="module")
-    def server(tmp_path_factory):
-        yield from _live(tmp_path_factory, model, **options)
-
-    return server
-
-
-scripted_server = _server_fixture("tiny-scripted")
-tiny_server = _server_fixture("tiny")
-toolcall_server = _server_fixture("tiny-toolcall")
-thinking_server = _server_fixture("tiny-thinking")
-auth_server = _server_fixture("tiny-scripted", api_key=KEY, max_body_bytes=64 * 1024)
-
-
-def sse_events(raw: bytes) -> list:
-    events = []
-    for block in raw.decode().split("\n\n"):
-        if block.startswith("data: "):
-            data = block[6:]
-            events.append(data if data == "[DONE]" else json.loads(data))
-    return events
 
 
 # ---------------------------------------------------------------- the openai SDK

@@ -7,9 +7,8 @@ import os
 import shutil
 
 import pytest
-from live_server import Live
+from live_server import SHORT, Holder, Live
 from support import SCRIPTED_TEXT
-from test_queue import SHORT, Holder
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.chrome.service import Service  # noqa: E402

@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from live_server import KEY, Live, server_fixture
 from support import test_model_dir
-from test_server import KEY, Live, _server_fixture
 
 from mnn_engine import Llm, MnnEngineError, ModelStore
 from mnn_engine.api.openai_chat import WORD_JOINER, ImagePolicy, parse_chat_request
 from mnn_engine.scratch import scratch_dir, scratch_root
 from mnn_engine.server.app import PUBLIC_PATHS
 
-server = _server_fixture("tiny")
+server = server_fixture("tiny")
 
 
 def _chat(content, **extra):

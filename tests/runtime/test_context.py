@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from live_server import Live
 from support import test_model_dir
-from test_server import Live
 
 from mnn_engine import Engine, Llm, MnnEngineError, ModelStore
 

@@ -1,5 +1,5 @@
 """Hardening, round two: what a hostile client tried on the routes added
-since the first round (tests/test_hostile.py), and the server's own limits.
+since the first round (tests/server/test_hostile.py), and the server's own limits.
 Each test failed before its fix."""
 
 from __future__ import annotations
@@ -21,16 +21,15 @@ import pytest
 from fake_hub import FakeHub, Repo, repo_from_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from live_server import Live
+from live_server import Live, server_fixture, sse_events
 from support import REPO, test_model_dir
-from test_server import _server_fixture, sse_events
 
 import mnn_engine
 from mnn_engine import MnnEngineError, ModelStore
 from mnn_engine.runtime import media, structured
 from mnn_engine.runtime.grammar_sandbox import GrammarSandbox
 
-server = _server_fixture("tiny")
+server = server_fixture("tiny")
 
 CHAT = [{"role": "user", "content": "hi"}]
 #: 30,000 required names: SIGSEGV inside llguidance's matcher constructor on an 8 MiB stack
@@ -329,7 +328,7 @@ def test_trickling_pulls_do_not_hold_the_tokenizer_routes(tmp_path_factory, hub,
 
 
 # ---------------------------------------------------------------- 8, 14: what Tornado answers and logs
-auth_server = _server_fixture("tiny", api_key="s3cret-key", max_body_bytes=64 * 1024)
+auth_server = server_fixture("tiny", api_key="s3cret-key", max_body_bytes=64 * 1024)
 
 
 def _raw(server, payload: bytes, timeout: float = 10.0) -> bytes:

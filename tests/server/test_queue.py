@@ -11,28 +11,9 @@ import threading
 import time
 
 import pytest
-from live_server import Live
+from live_server import SHORT, Holder, Live
 
 from mnn_engine import MnnEngineError
-
-SHORT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0}
-LONG = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": -1, "ignore_eos": True, "stream": True}
-
-
-class Holder:
-    """A streaming generation that keeps the model busy until ``release()``."""
-
-    def __init__(self, live: Live) -> None:
-        self.conn = http.client.HTTPConnection(live.host, live.port, timeout=60)
-        self.conn.request("POST", "/v1/chat/completions", json.dumps(LONG), {"Content-Type": "application/json"})
-        self.response = self.conn.getresponse()
-        assert self.response.status == 200
-        self.response.read(64)  # the generation runs
-        self.live = live
-
-    def release(self) -> None:
-        self.conn.close()  # the client leaves: its generation is cancelled
-        self.live.wait_idle()
 
 
 def _waiting(live: Live) -> int:
