@@ -408,7 +408,7 @@ class Engine:
         """
         llm = self._begin_generation()
         try:
-            run = llm._prepare_kwargs(prompt, dict(sampling))
+            prepared = llm.prepare(prompt, **sampling)
         except BaseException as exc:
             self._end_generation(llm, None, exc)
             raise
@@ -417,7 +417,7 @@ class Engine:
             result: GenerationResult | None = None
             error: BaseException | None = None
             try:
-                result = llm._run(run, callback, on_prompt)
+                result = prepared.run(callback, on_prompt)
             except BaseException as exc:
                 error = exc
                 raise
@@ -428,7 +428,7 @@ class Engine:
         try:
             return self._executor.submit(work)
         except RuntimeError as exc:  # executor shut down by close()
-            llm._abandon(run)
+            prepared.abandon()
             self._end_generation(llm, None, exc)
             raise MnnEngineError("model_not_loaded", "the engine is closed") from exc
 

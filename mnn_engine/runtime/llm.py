@@ -652,7 +652,7 @@ class Llm:
         async for piece in astream_pieces(lambda put: self._spawn(run, put), self.cancel):
             yield piece
 
-    def _spawn(self, run: _Run, callback: TokenCallback) -> Future[GenerationResult]:
+    def _spawn(self, run: PreparedGeneration, callback: TokenCallback) -> Future[GenerationResult]:
         """Run a prepared generation on a new thread."""
         future: Future[GenerationResult] = Future()
 
@@ -671,7 +671,13 @@ class Llm:
         if core is not None:
             core.cancel()
 
-    def _prepare_kwargs(self, prompt: Prompt, kwargs: dict[str, Any]) -> _Run:
+    def prepare(self, prompt: Prompt, **kwargs: Any) -> PreparedGeneration:
+        """Check a generation and claim the model for it, without starting it
+        (``generate``'s arguments): errors and ``busy`` surface here, in the
+        caller's thread; rendering and tokenizing happen in ``run()``."""
+        return self._prepare_kwargs(prompt, kwargs)
+
+    def _prepare_kwargs(self, prompt: Prompt, kwargs: dict[str, Any]) -> PreparedGeneration:
         config = kwargs.pop("config", None)
         enable_thinking = kwargs.pop("enable_thinking", None)
         tools = kwargs.pop("tools", None)
@@ -680,7 +686,7 @@ class Llm:
 
     def _prepare(self, prompt: Prompt, config: GenerationConfig | None,
                  enable_thinking: bool | None, tools: Any, sampling: dict[str, Any],
-                 tool_choice: Any = None) -> _Run:
+                 tool_choice: Any = None) -> PreparedGeneration:
         """Validate what takes no tokenizing and claim the model, so errors
         (and ``busy``) surface in the caller's thread at once. Rendering and
         tokenizing the prompt happen in _run, on the generating thread. The
@@ -693,19 +699,21 @@ class Llm:
             self.check_prompt(prompt, enable_thinking=enable_thinking, tools=tools)
             params = gen.resolved(self._sampling_defaults, self._vocab_size)
             grammar = structured.grammar_for(gen.response_format, gen.grammar, tools, tool_choice)
+            prepared = PreparedGeneration(self, core, prompt, enable_thinking, tools, gen, params,
+                                          gen.effective_seed(), grammar)
             self._claim_generation()
         except BaseException:
             self._release()
             raise
         core.clear_cancel()  # a cancel from now on applies to this generation
-        return _Run(core, prompt, enable_thinking, tools, gen, params, gen.effective_seed(), grammar)
+        return prepared
 
-    def _abandon(self, run: _Run) -> None:
+    def _abandon(self, run: PreparedGeneration) -> None:
         """Return the claim of a prepared generation that will not run."""
         self._generation_lock.release()
         self._release()
 
-    def _run(self, run: _Run, callback: TokenCallback | None,
+    def _run(self, run: PreparedGeneration, callback: TokenCallback | None,
              on_prompt: Callable[[str | None, int], Any] | None = None) -> GenerationResult:
         """Run a prepared generation; releases the claim taken by _prepare.
         ``on_prompt`` receives the rendered prompt text and the number of
@@ -890,7 +898,12 @@ class Llm:
 
 
 @dataclass(frozen=True)
-class _Run:
+class PreparedGeneration:
+    """A generation checked and claimed (``Llm.prepare``), not started yet:
+    ``run()`` it once (on any thread) or ``abandon()`` it; either returns the
+    claim on the model."""
+
+    llm: Llm
     core: _mnn.LlmCore
     prompt: Prompt
     enable_thinking: bool | None
@@ -899,6 +912,15 @@ class _Run:
     params: dict[str, Any]
     seed: int
     grammar: tuple[str, str] | None = None  # (llguidance grammar, the option it came from)
+
+    def run(self, callback: TokenCallback | None = None,
+            on_prompt: Callable[[str | None, int], Any] | None = None) -> GenerationResult:
+        """Generate; ``on_prompt(text, dropped)`` gets the rendered prompt first."""
+        return self.llm._run(self, callback, on_prompt)
+
+    def abandon(self) -> None:
+        """Give the claim back without generating."""
+        self.llm._abandon(self)
 
 
 class _Cancelled(Exception):
