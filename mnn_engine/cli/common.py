@@ -1,0 +1,166 @@
+"""What the commands share: output, progress, the load, pull and sampling options."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..engine.engine import MEMORY_MODES, PRECISIONS
+from ..errors import MnnEngineError
+from ..hub import catalog
+from ..runtime.build import BACKENDS
+from ..runtime.llm import DEFAULT_DRAFT_TOKENS
+from ..runtime.sampling import MAX_DRAFT_TOKENS, SPECULATIVE
+from ..store.models import ModelStore
+
+_LOAD_FLAGS = {"backend": "backend", "use_mmap": "mmap", "precision": "precision", "threads": "threads",
+               "dynamic_option": "dynamic_option", "quant_qkv": "kv_quant", "context_length": "context_length",
+               "prompt_cache": "prompt_cache", "memory": "memory", "speculative": "speculative",
+               "draft_tokens": "draft_tokens"}
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+def human_size(n: float) -> str:
+    """Bytes in IEC units (KiB, MiB, GiB), as everywhere in mnn-engine."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+def progress_bar(verb: str = "importing", stream=sys.stderr) -> Callable[[int, int, str], None]:
+    """A one-line bar with the speed (over this run's bytes) and the time left."""
+    start = time.monotonic()
+    last = [0.0]
+    first: list[int] = []
+
+    def show(done: int, total: int, _name: str) -> None:
+        now = time.monotonic()
+        if not first:
+            first.append(done)  # bytes a resumed pull already had do not count for the speed
+        if done < total and now - last[0] < 0.1:
+            return
+        last[0] = now
+        fraction = done / total if total else 1.0
+        filled = int(fraction * 30)
+        speed = (done - first[0]) / max(now - start, 1e-3)
+        eta = f" {(total - done) / speed:4.0f} s left" if speed > 0 and done < total else ""
+        stream.write(f"\r{verb} [{'#' * filled}{'.' * (30 - filled)}] {fraction:4.0%} "
+                     f"{human_size(done)} / {human_size(total)}  {human_size(int(speed))}/s{eta}   ")
+        if done >= total:
+            stream.write("\n")
+        stream.flush()
+
+    return show
+
+def show_progress(args: argparse.Namespace) -> bool:
+    return not getattr(args, "json", False) and (sys.stderr.isatty() or getattr(args, "progress", False))
+
+def load_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The load options given on the command line (the rest come from the model's preset)."""
+    given = {field: getattr(args, flag) for field, flag in _LOAD_FLAGS.items()}
+    return {field: value for field, value in given.items() if value is not None}
+
+def pull_if_missing(args: argparse.Namespace) -> None:
+    """A catalog name not in the store yet is pulled before a load (asking
+    first when stdin is a terminal, unless --yes)."""
+    name = args.model
+    if not name or Path(name).expanduser().exists():
+        return
+    store = ModelStore()
+    with contextlib.suppress(MnnEngineError):
+        store.resolve(name)
+        return
+    entry = catalog.find(name)
+    if entry is None:
+        return  # the load says the model is unknown
+    source = args.source or "hf"
+    where = "Hugging Face" if source == "hf" else "ModelScope"
+    if sys.stdin.isatty() and not args.yes:
+        answer = input(f"{name} is not in the store. Pull it from {where} ({entry.repo(source)}, "
+                       f"about {human_size(entry.size_bytes)})? [Y/n] ")
+        if answer.strip().lower() not in ("", "y", "yes"):
+            raise MnnEngineError("model_not_found", f"{name} is not in the store (pull it with: "
+                                 f"python -m mnn_engine models pull {name})", param="model")
+    info = store.pull(name, source=args.source, progress=progress_bar("pulling") if sys.stderr.isatty() else None)
+    args.model = info.id
+
+def port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
+    return port
+
+def body_mb(text: str) -> float:
+    try:
+        size = float(text)
+    except ValueError:
+        size = math.nan
+    if not (math.isfinite(size) and 0 < size <= 1024):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size in MiB from 0 to 1024")
+    return size
+
+def add_load_options(parser: argparse.ArgumentParser) -> None:
+    """Load flags; each one not given comes from the model's tuned preset, else the default."""
+    parser.add_argument("--backend", choices=BACKENDS, default=None, help="default cpu")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="1..8 (default: the performance cores this process may use, at most 4)")
+    parser.add_argument("--mmap", action=argparse.BooleanOptionalAction, default=None,
+                        help="memory-map the weights from a cache in the store (default: on)")
+    parser.add_argument("--precision", choices=PRECISIONS, default=None, help="default low")
+    parser.add_argument("--dynamic-option", type=int, default=None, help="MNN's dynamic_option 0..8")
+    parser.add_argument("--kv-quant", type=int, default=None,
+                        help="MNN's KV-cache quantisation quant_qkv: 0 off (default), 1 or 2 quantised keys "
+                             "(faster decode, slightly different outputs)")
+    parser.add_argument("--context-length", type=int, default=None, metavar="N",
+                        help="tokens of context (prompt + answer; MNN's max_all_tokens); fewer bounds the KV "
+                             "cache's memory (default: the model's config)")
+    parser.add_argument("--prompt-cache", action=argparse.BooleanOptionalAction, default=None,
+                        help="keep the KV cache between generations and prefill only what changed (default: on; "
+                             "outputs are the same either way)")
+    parser.add_argument("--memory", choices=MEMORY_MODES, default=None,
+                        help="MNN's weight mode: low (int4 weights, the fastest decode) or normal/high (float "
+                             "weights, several times the memory) (default: the model's, usually low)")
+    parser.add_argument("--speculative", choices=("auto", *SPECULATIVE), default=None,
+                        help="speculative decoding: ngram drafts tokens by prompt lookup and verifies them in one "
+                             "forward, keeping only what the sampler draws; auto (the default) turns it on with "
+                             "float weights, where it changes no token, and off with low-memory int4 weights, "
+                             "where MNN's batched kernels make outputs drift")
+    parser.add_argument("--draft-tokens", type=int, default=None, metavar="N",
+                        help=f"most draft tokens one verification checks, 1..{MAX_DRAFT_TOKENS} "
+                             f"(default {DEFAULT_DRAFT_TOKENS})")
+
+def add_pull_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--yes", action="store_true", help="pull a catalog model that is not in the store "
+                        "without asking")
+    parser.add_argument("--source", choices=("hf", "modelscope"), default=None,
+                        help="where a catalog model is pulled from (default hf)")
+
+def add_sampling(parser: argparse.ArgumentParser, max_tokens: int) -> None:
+    parser.add_argument("--max-tokens", type=int, default=max_tokens)
+    parser.add_argument("--temperature", type=float, default=None, help="default: the model's own")
+    parser.add_argument("--think", action=argparse.BooleanOptionalAction, default=None,
+                        help="turn a thinking model's reasoning on or off")
+
+def command(group: Any, name: str, func: Callable[[argparse.Namespace], int], help_text: str,
+             *positional: str, json_output: bool = False) -> argparse.ArgumentParser:
+    """A sub-command with its positional arguments (``name?`` = optional) and ``--json``."""
+    p = group.add_parser(name, help=help_text)
+    for arg in positional:
+        p.add_argument(arg.rstrip("?"), nargs="?" if arg.endswith("?") else None)
+    if json_output:
+        p.add_argument("--json", action="store_true")
+    p.set_defaults(func=func)
+    return p

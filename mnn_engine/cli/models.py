@@ -1,0 +1,156 @@
+"""``models`` and ``cache``: the model store from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from ..hub import catalog
+from ..runtime.build import build_info
+from ..store.layout import ModelInfo, model_id_from_name
+from ..store.models import ModelStore
+from .common import (
+    add_pull_options,
+    command,
+    human_size,
+    print_json,
+    progress_bar,
+    show_progress,
+)
+
+
+def _model_line(info: ModelInfo) -> str:
+    visual = "  vision" if info.is_visual else ""
+    return f"{info.id:<32} {human_size(info.size_bytes):>10}  {info.name}{visual}"
+
+def _models_import(args: argparse.Namespace) -> int:
+    store = ModelStore()
+    progress = progress_bar() if show_progress(args) else None
+    info = store.import_model(args.path, model_id=args.id, replace=args.replace, progress=progress)
+    if args.json:
+        print_json(info.to_dict())
+    else:
+        print(f"imported {info.id} ({human_size(info.size_bytes)}) into {info.path}")
+    return 0
+
+def _models_list(args: argparse.Namespace) -> int:
+    models = ModelStore().list()
+    if args.json:
+        print_json([m.to_dict() for m in models])
+    elif not models:
+        print(f"no models in {ModelStore().models_dir} (add one with: python -m mnn_engine models import PATH)")
+    else:
+        for info in models:
+            print(_model_line(info))
+    return 0
+
+def _models_info(args: argparse.Namespace) -> int:
+    info = ModelStore().get(args.id)
+    if args.json:
+        print_json(info.to_dict())
+    else:
+        print(f"id        {info.id}\nname      {info.name}\npath      {info.path}\n"
+              f"size      {human_size(info.size_bytes)}\nvision    {'yes' if info.is_visual else 'no'}\n"
+              f"created   {time.strftime('%Y-%m-%d %H:%M', time.localtime(info.created))}")
+        if info.source:
+            print(f"source    {info.source['source']}:{info.source['repo']} at {info.source['commit']}")
+        if info.previous:
+            print(f"previous  revision {info.previous['revision'] or '-'}, {human_size(info.previous['size_bytes'])} "
+                  "(models rollback restores it)")
+        print("files")
+        for name in info.files:
+            print(f"  {name}")
+    return 0
+
+def _models_pull(args: argparse.Namespace) -> int:
+    store = ModelStore()
+    progress = progress_bar("pulling") if show_progress(args) else None
+    info = store.pull(args.spec, model_id=args.id, revision=args.revision, source=args.source, update=args.update,
+                      progress=progress)
+    if args.json:
+        print_json(info.to_dict())
+    else:
+        revision = (info.source or {}).get("commit") or "-"
+        print(f"{info.id}: {human_size(info.size_bytes)} at revision {revision[:12]} in {info.path}")
+    return 0
+
+def _models_catalog(args: argparse.Namespace) -> int:
+    store = ModelStore()
+    mnn = build_info()["mnn_version"]
+    rows = []
+    for entry in catalog.entries():
+        installed = store.exists(model_id_from_name(entry.name))
+        rows.append({**entry.to_dict(), "id": model_id_from_name(entry.name), "installed": installed,
+                     "supported": entry.supported_by(mnn)})
+    if args.json:
+        print_json(rows)
+        return 0
+    for row in rows:
+        size = ("" if row["size_exact"] else "~") + human_size(row["size_bytes"])
+        flags = " ".join(f for f, on in (("thinking", row["thinking"]), ("vision", row["vision"])) if on)
+        state = "installed" if row["installed"] else "" if row["supported"] else f"needs MNN {row['min_mnn']}"
+        print(f"{row['name']:<20} {row['parameters']:>5} {size:>10}  {flags:<16} {state}")
+    print(f"pull one with: python -m mnn_engine models pull NAME (this build has MNN {mnn})", file=sys.stderr)
+    return 0
+
+def _models_rollback(args: argparse.Namespace) -> int:
+    info = ModelStore().rollback(args.id)
+    print(f"{info.id} is back at revision {((info.source or {}).get('commit') or '-')[:12]}")
+    return 0
+
+def _models_rename(args: argparse.Namespace) -> int:
+    info = ModelStore().rename(args.old, args.new)
+    print(f"renamed {args.old} -> {info.id}")
+    return 0
+
+def _models_rm(args: argparse.Namespace) -> int:
+    ModelStore().delete(args.id)
+    print(f"deleted {args.id}")
+    return 0
+
+def _cache_show(args: argparse.Namespace) -> int:
+    sizes = ModelStore().cache_info(args.id)
+    if args.json:
+        print_json(sizes)
+    elif not sizes:
+        print("no caches")
+    else:
+        for model_id, size in sizes.items():
+            print(f"{model_id:<32} {human_size(size):>10}")
+    return 0
+
+def _cache_clear(args: argparse.Namespace) -> int:
+    freed = ModelStore().clear_cache(args.id)
+    print(f"freed {human_size(freed)}")
+    return 0
+
+def add_commands(commands: Any) -> None:
+    """Register this module's commands."""
+    models = commands.add_parser("models", help="manage the model store").add_subparsers(
+        dest="models_command", required=True, metavar="ACTION")
+    p = command(models, "import", _models_import, "copy a model directory into the store", "path", json_output=True)
+    p.add_argument("--id", help="model ID (default: the directory name, slugged)")
+    p.add_argument("--replace", action="store_true", help="replace a model with the same ID")
+    p.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
+    p = command(models, "pull", _models_pull, "download a model: a catalog name, hf:ORG/NAME, modelscope:ORG/NAME "
+                 "or a manifest URL", "spec", json_output=True)
+    p.add_argument("--id", help="model ID (default: the catalog name or repository name, slugged)")
+    p.add_argument("--revision", help="branch, tag or commit (default: main on hf, master on modelscope)")
+    add_pull_options(p)
+    p.add_argument("--update", action="store_true", help="fetch the newest revision of a stored model; the "
+                   "current one is kept for models rollback")
+    p.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
+    command(models, "catalog", _models_catalog, "models you can pull by name", json_output=True)
+    command(models, "rollback", _models_rollback, "go back to the version the last update replaced", "id")
+    command(models, "list", _models_list, "list the models", json_output=True)
+    command(models, "info", _models_info, "show one model", "id", json_output=True)
+    command(models, "rename", _models_rename, "change a model's ID", "old", "new")
+    command(models, "rm", _models_rm, "delete a model", "id")
+
+    cache = commands.add_parser("cache", help="mmap and GPU caches").add_subparsers(
+        dest="cache_command", required=True, metavar="ACTION")
+    command(cache, "show", _cache_show, "cache sizes", "id?", json_output=True)
+    command(cache, "clear", _cache_clear, "delete caches (the next load rebuilds them)", "id?")
+

@@ -1,0 +1,178 @@
+"""``chat``, ``generate`` and ``bench``: a model at the terminal."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..engine.engine import Engine, LoadOptions, preset_options
+from ..errors import MnnEngineError
+from ..store.models import ModelStore
+from .common import (
+    add_load_options,
+    add_pull_options,
+    add_sampling,
+    load_overrides,
+    pull_if_missing,
+)
+
+
+def _line_history(store: ModelStore, model_id: str | None) -> Callable[[], None]:
+    """Line editing and a per-model input history for ``chat`` (stdlib
+    readline, where the platform has it); returns what saves the history."""
+    try:
+        import readline
+    except ImportError:  # pragma: no cover - e.g. Windows
+        return lambda: None
+    path = store.root / "history" / f"{model_id or 'model-dirs'}.txt"
+    readline.set_history_length(1000)
+    with contextlib.suppress(OSError):
+        readline.read_history_file(path)
+
+    def save() -> None:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            readline.write_history_file(path)
+
+    return save
+
+def _chat(args: argparse.Namespace) -> int:
+    pull_if_missing(args)
+    engine = Engine()
+    save_history: Callable[[], None] = lambda: None  # noqa: E731
+    try:
+        engine.load(args.model, **load_overrides(args))
+        save_history = _line_history(engine.store, engine.active_model_id)
+        messages: list[dict[str, str]] = []
+        if args.system:
+            messages.append({"role": "system", "content": args.system})
+        print("Type a message; Ctrl-C stops an answer, Ctrl-D quits.", file=sys.stderr)
+        while True:
+            try:
+                text = input("you> ")
+            except EOFError:
+                print(file=sys.stderr)
+                return 0
+            except KeyboardInterrupt:
+                print(file=sys.stderr)
+                continue
+            if not text.strip():
+                continue
+            messages.append({"role": "user", "content": text})
+            reply: list[str] = []
+            try:
+                for piece in engine.stream_chat(messages, max_tokens=args.max_tokens, temperature=args.temperature,
+                                                enable_thinking=args.think, context_overflow="truncate"):
+                    reply.append(piece)
+                    sys.stdout.write(piece)
+                    sys.stdout.flush()
+            except KeyboardInterrupt:
+                sys.stdout.write(" [stopped]")
+            sys.stdout.write("\n")
+            messages.append({"role": "assistant", "content": "".join(reply)})
+            save_history()
+            dropped = engine.last_result.dropped_messages if engine.last_result is not None else 0
+            if dropped:  # the conversation outgrew the context: its oldest turns are gone for good
+                system = 1 if args.system else 0
+                del messages[system:system + dropped]
+                print(f"[the {dropped} oldest messages no longer fit the context and were left out]",
+                      file=sys.stderr)
+    finally:
+        engine.close()
+
+def _response_format(args: argparse.Namespace) -> dict[str, Any]:
+    """``--json-schema FILE``: the answer follows that JSON Schema."""
+    if not args.json_schema:
+        return {}
+    try:
+        schema = json.loads(Path(args.json_schema).expanduser().read_text())
+    except (OSError, ValueError) as exc:
+        raise MnnEngineError("invalid_argument", f"--json-schema {args.json_schema}: {exc}", param="json_schema") \
+            from exc
+    return {"response_format": {"type": "json_schema", "json_schema": {"name": "cli", "schema": schema}}}
+
+def _generate(args: argparse.Namespace) -> int:
+    prompt: Any = args.prompt if args.raw else [{"role": "user", "content": args.prompt}]
+
+    def write(piece: str) -> None:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+    pull_if_missing(args)
+    with Engine() as engine:
+        engine.load(args.model, **load_overrides(args))
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C cancels the generation; print what came
+            engine.generate(prompt, callback=write, max_tokens=args.max_tokens, temperature=args.temperature,
+                            seed=args.seed, enable_thinking=args.think, **_response_format(args))
+        sys.stdout.write("\n")
+        result = engine.last_result
+    if result is not None and args.stats:
+        print(json.dumps({
+            "finish_reason": result.finish_reason,
+            "prompt_tokens": result.prompt_tokens,
+            "completion_tokens": result.completion_tokens,
+            "time_to_first_token_ms": round(result.time_to_first_token_ms, 1),
+            "prefill_tokens_per_second": round(result.prefill_tokens_per_second, 1),
+            "decode_tokens_per_second": round(result.decode_tokens_per_second, 1),
+        }), file=sys.stderr)
+    return 0
+
+def _bench(args: argparse.Namespace) -> int:
+    from . import bench
+
+    progress = None if args.json else bench.stderr_progress
+    overrides = load_overrides(args)
+    if args.tune:
+        options = LoadOptions(**overrides).validate()  # tuning starts from the defaults, not an old preset
+        result = bench.tune(args.model, options, prompt_len=args.prompt_len, gen=args.gen, runs=args.runs,
+                            progress=progress, exact=args.exact)
+        print(json.dumps(result, indent=2) if args.json else bench.format_tune(result))
+        return 0
+    store = ModelStore()
+    options = preset_options(store, store.resolve(args.model)[0], **overrides)
+    report = bench.bench(args.model, options, prompt_len=args.prompt_len, gen=args.gen, runs=args.runs,
+                         store=store, progress=progress)
+    print(json.dumps(report, indent=2) if args.json else bench.format_report(report))
+    return 0
+
+def add_commands(commands: Any) -> None:
+    """Register this module's commands."""
+    p = commands.add_parser("chat", help="chat with a model in the terminal")
+    p.add_argument("model", help="a store ID, a model directory or a catalog name (pulled if missing)")
+    p.add_argument("--system", help="a system prompt")
+    add_load_options(p)
+    add_sampling(p, max_tokens=1024)
+    add_pull_options(p)
+    p.set_defaults(func=_chat)
+
+    p = commands.add_parser("bench", help="measure load time, prefill/decode speed and memory on this device")
+    p.add_argument("model", help="a store ID or a model directory")
+    p.add_argument("--prompt-len", type=int, default=128, help="prompt tokens (default 128)")
+    p.add_argument("--gen", type=int, default=128, help="generated tokens per run, end tokens ignored (default 128)")
+    p.add_argument("--runs", type=int, default=5, help="measured runs (default 5)")
+    p.add_argument("--tune", action="store_true",
+                   help="try thread counts and MNN options; save the fastest as the model's preset")
+    p.add_argument("--exact", action="store_true",
+                   help="with --tune: only options that leave outputs unchanged (no KV-cache quantisation)")
+    p.add_argument("--json", action="store_true")
+    add_load_options(p)
+    p.set_defaults(func=_bench)
+
+    p = commands.add_parser("generate", help="answer one prompt, streaming the reply")
+    p.add_argument("model", help="a store ID or a model directory")
+    p.add_argument("prompt")
+    p.add_argument("--raw", action="store_true", help="use the prompt as is, without the chat template")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stats", action="store_true", help="print timing figures to stderr")
+    p.add_argument("--json-schema", metavar="FILE", help="the answer is JSON following this JSON Schema "
+                   "(needs the structured extra)")
+    add_sampling(p, max_tokens=256)
+    add_load_options(p)
+    add_pull_options(p)
+    p.set_defaults(func=_generate)
+
