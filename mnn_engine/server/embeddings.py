@@ -7,34 +7,11 @@ as Qwen3-Embedding). A chat model answers 400 ``wrong_model_kind``."""
 
 from __future__ import annotations
 
-import base64
-import math
-import struct
 from collections.abc import Mapping
-from typing import Any
 
+from ..api.embeddings import dimensions_field, encode_base64, shortened
 from ..api.openai_chat import bad
 from .app import BodyHandler
-
-
-def dimensions_field(body: Mapping[str, Any]) -> int | None:
-    """The optional ``dimensions`` field (both dialects): a positive integer."""
-    dimensions = body.get("dimensions")
-    if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int)
-                                   or dimensions < 1):
-        raise bad("dimensions", "'dimensions' must be a positive integer")
-    return dimensions
-
-
-def shortened(vector: list[float], dimensions: int) -> list[float]:
-    """The first ``dimensions`` values, scaled back to unit length."""
-    head = vector[:dimensions]
-    norm = math.sqrt(math.fsum(v * v for v in head))
-    return [v / norm for v in head] if norm > 0 else head
-
-
-def encode_base64(vector: list[float]) -> str:
-    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
 
 
 class EmbeddingsHandler(BodyHandler):

@@ -14,116 +14,34 @@ on top: ``{"error": "...", ...}``.
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
-import json
 import logging
 import threading
 import time
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from typing import Any
 
 from tornado.ioloop import IOLoop
 
 from .. import jsonutil
-from ..api.openai_chat import ChatRequest, ImagePolicy, finish_reason, parse_chat_request
+from ..api.embeddings import dimensions_field, shortened
+from ..api.ollama import (
+    OLLAMA_VERSION,
+    chat_request,
+    durations,
+    now,
+    openai_messages,
+    split_deltas,
+    stream_flag,
+    tagged,
+)
+from ..api.openai_chat import ChatRequest, ImagePolicy
 from ..errors import MnnEngineError, invalid
 from ..hub.sources import UrlPolicy
-from ..runtime.llm import GenerationResult
 from .app import BodyHandler, JsonHandler, active_model_name, error_body, model_capabilities
-from .embeddings import dimensions_field, shortened
 from .session import GenerationSession
 
 log = logging.getLogger("mnn_engine.server")
-
-#: the Ollama API version these routes follow
-OLLAMA_VERSION = "0.9.0"
-#: Ollama option -> our sampling option
-OPTIONS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "seed": "seed",
-           "stop": "stop", "repeat_penalty": "repetition_penalty", "presence_penalty": "presence_penalty",
-           "frequency_penalty": "frequency_penalty", "num_predict": "max_tokens"}
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def _tagged(name: str) -> str:
-    return name if ":" in name else f"{name}:latest"
-
-
-def _sampling(body: Mapping[str, Any]) -> dict[str, Any]:
-    options = body.get("options") or {}
-    if not isinstance(options, Mapping):
-        raise invalid("options", "'options' must be an object")
-    sampling = {ours: options[theirs] for theirs, ours in OPTIONS.items() if options.get(theirs) is not None}
-    if sampling.get("max_tokens") in (-1, -2):  # Ollama: -1 no limit, -2 fill the context
-        sampling["max_tokens"] = -1
-    fmt = body.get("format")
-    if fmt == "json":
-        sampling["response_format"] = {"type": "json_object"}
-    elif isinstance(fmt, Mapping):
-        sampling["response_format"] = {"type": "json_schema", "json_schema": {"name": "format", "schema": fmt}}
-    elif fmt not in (None, ""):
-        raise invalid("format", "'format' must be \"json\" or a JSON schema")
-    return sampling
-
-
-def _image_part(data: Any) -> dict[str, Any]:
-    if not isinstance(data, str):
-        raise invalid("images", "images must be base64 strings")
-    try:
-        head = base64.b64decode(data[:64] + "=" * (-len(data[:64]) % 4), validate=False)
-    except ValueError as exc:
-        raise invalid("images", "an image is not base64") from exc
-    mime = "image/png" if head.startswith(b"\x89PNG") else "image/jpeg" if head.startswith(b"\xff\xd8") else \
-        "image/webp" if head[8:12] == b"WEBP" else "image/png"
-    return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
-
-
-def _openai_messages(messages: Any) -> Any:
-    """Ollama's messages in OpenAI's shape (images as data URLs, tool-call
-    arguments as JSON text), for the chat route's own parser."""
-    if not isinstance(messages, list):
-        return messages  # the parser says what is wrong
-    out = []
-    for index, message in enumerate(messages):
-        if not isinstance(message, Mapping):
-            out.append(message)
-            continue
-        converted = dict(message)
-        images = message.get("images")
-        if images is not None and not isinstance(images, list):
-            raise invalid("images", "'images' must be a list of base64 strings")
-        if images:
-            converted["content"] = [{"type": "text", "text": message.get("content") or ""},
-                                    *(_image_part(i) for i in images)]
-            converted.pop("images")
-        calls = message.get("tool_calls")
-        if calls is not None and not isinstance(calls, list):
-            raise invalid("tool_calls", "'tool_calls' must be a list")
-        if calls:
-            converted["tool_calls"] = [_tool_call(call, f"messages[{index}].tool_calls[{i}]")
-                                       for i, call in enumerate(calls)]
-        out.append(converted)
-    return out
-
-
-def _tool_call(call: Any, where: str) -> dict[str, Any]:
-    """An earlier tool call of Ollama's shape, ``{"function": {"name", "arguments"}}``, in OpenAI's."""
-    function = call.get("function") if isinstance(call, Mapping) else None
-    if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-        raise invalid("tool_calls", f"{where} must be {{\"function\": {{\"name\": ..., \"arguments\": {{...}}}}}}")
-    return {"type": "function", "function": {"name": function["name"],
-                                             "arguments": json.dumps(function.get("arguments", {}))}}
-
-
-def _durations(result: GenerationResult, started: float) -> dict[str, Any]:
-    return {"done": True, "done_reason": finish_reason(result),
-            "total_duration": int((time.perf_counter() - started) * 1e9), "load_duration": 0,
-            "prompt_eval_count": result.prompt_tokens, "prompt_eval_duration": int(result.prefill_ms * 1e6),
-            "eval_count": result.completion_tokens, "eval_duration": int(result.decode_ms * 1e6)}
 
 
 def _details(engine: Any) -> dict[str, Any]:
@@ -140,7 +58,7 @@ def _model_entry(engine: Any, name: str) -> dict[str, Any]:
         info = engine.store.get(snap["id"])
         size = info.size_bytes
         digest = hashlib.sha256(f"{info.id}:{info.created}".encode()).hexdigest()
-    return {"name": _tagged(name), "model": _tagged(name), "modified_at": _now(), "size": size, "digest": digest,
+    return {"name": tagged(name), "model": tagged(name), "modified_at": now(), "size": size, "digest": digest,
             "details": _details(engine)}
 
 
@@ -199,7 +117,7 @@ class ShowHandler(OllamaBodyHandler):
         self.send_json({"modelfile": "", "parameters": "", "template": "", "details": _details(engine),
                         "model_info": {"general.architecture": config.get("model_type", ""),
                                        "context_length": engine.llm.context_limit},
-                        "capabilities": capabilities, "modified_at": _now(), "name": _tagged(name)})
+                        "capabilities": capabilities, "modified_at": now(), "name": tagged(name)})
 
 
 class _Generation(OllamaBodyHandler):
@@ -215,7 +133,7 @@ class _Generation(OllamaBodyHandler):
         if not stream:
             outcome = await session.whole()
             if outcome is not None:
-                self.send_json({**frame(*_split(outcome.deltas)), **_durations(outcome.result, started)})
+                self.send_json({**frame(*split_deltas(outcome.deltas)), **durations(outcome.result, started)})
             return
 
         async def start() -> None:
@@ -223,12 +141,12 @@ class _Generation(OllamaBodyHandler):
 
         async def emit(deltas: list[Any]) -> None:
             for delta in deltas:
-                content, thinking, calls = _split([delta])
+                content, thinking, calls = split_deltas([delta])
                 await self.send_line({**frame(content, thinking, calls), "done": False})
 
         outcome = await session.stream(start, emit, self.send_error_line)
         if outcome is not None:
-            await self.send_line({**frame("", "", None), **_durations(outcome.result, started)})
+            await self.send_line({**frame("", "", None), **durations(outcome.result, started)})
         if not self.closed:
             self.finish()
 
@@ -240,44 +158,13 @@ class _Generation(OllamaBodyHandler):
             raise invalid("body", "the request body must be a JSON object")
         policy = ImagePolicy(model_is_visual=bool(self.ctx.engine.llm.file_config.get("is_visual")),
                              allow_file_urls=False)
-        return model, body, _stream_flag(body), policy
-
-
-def _split(deltas: list[Any]) -> tuple[str, str, list[dict[str, Any]] | None]:
-    content = "".join(d.text for d in deltas if d.kind == "content")
-    thinking = "".join(d.text for d in deltas if d.kind == "reasoning")
-    calls = [{"function": {"name": d.tool_call["function"]["name"],
-                           "arguments": json.loads(d.tool_call["function"]["arguments"] or "{}")}}
-             for d in deltas if d.kind == "tool_call"]
-    return content, thinking, calls or None
-
-
-def _chat_request(body: Mapping[str, Any], messages: Any, policy: ImagePolicy) -> ChatRequest:
-    openai_body: dict[str, Any] = {"messages": messages}
-    if body.get("tools"):
-        openai_body["tools"] = body["tools"]
-    if isinstance(body.get("think"), bool):
-        openai_body["chat_template_kwargs"] = {"enable_thinking": body["think"]}
-    request = parse_chat_request(openai_body, policy)
-    try:
-        request.sampling.update(_sampling(body))
-    except BaseException:
-        request.cleanup()
-        raise
-    return request
-
-
-def _stream_flag(body: Mapping[str, Any]) -> bool:
-    stream = body.get("stream", True)  # Ollama streams unless told not to
-    if not isinstance(stream, bool):
-        raise invalid("stream", "'stream' must be true or false")
-    return stream
+        return model, body, stream_flag(body), policy
 
 
 class ChatHandler(_Generation):
     async def post(self) -> None:
         model, body, stream, policy = self.begin()
-        request = _chat_request(body, _openai_messages(body.get("messages")), policy)
+        request = chat_request(body, openai_messages(body.get("messages")), policy)
 
         def frame(content: str, thinking: str, calls: Any) -> dict[str, Any]:
             message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -285,7 +172,7 @@ class ChatHandler(_Generation):
                 message["thinking"] = thinking
             if calls:
                 message["tool_calls"] = calls
-            return {"model": _tagged(model), "created_at": _now(), "message": message}
+            return {"model": tagged(model), "created_at": now(), "message": message}
 
         try:
             await self.generate(request.messages, request, stream, frame)
@@ -300,7 +187,7 @@ class GenerateHandler(_Generation):
         if not isinstance(prompt, str):
             raise invalid("prompt", "'prompt' must be text")
         if not prompt:  # Ollama: an empty prompt only loads the model, which is loaded
-            self.send_json({"model": _tagged(model), "created_at": _now(), "response": "", "done": True,
+            self.send_json({"model": tagged(model), "created_at": now(), "response": "", "done": True,
                             "done_reason": "load"})
             return
         if body.get("suffix"):
@@ -313,12 +200,12 @@ class GenerateHandler(_Generation):
         if body.get("images"):
             user["images"] = body["images"]
         messages.append(user)
-        request = _chat_request({k: v for k, v in body.items() if k != "tools"}, _openai_messages(messages), policy)
+        request = chat_request({k: v for k, v in body.items() if k != "tools"}, openai_messages(messages), policy)
         if raw:
             request.enable_thinking = None  # the prompt is used as it is: no template to tell
 
         def frame(content: str, thinking: str, _calls: Any) -> dict[str, Any]:
-            line: dict[str, Any] = {"model": _tagged(model), "created_at": _now(), "response": content}
+            line: dict[str, Any] = {"model": tagged(model), "created_at": now(), "response": content}
             if thinking:
                 line["thinking"] = thinking
             return line
@@ -341,7 +228,7 @@ class PullHandler(OllamaBodyHandler):
         spec = body.get("model") or body.get("name")
         if ":" in spec and not spec.startswith(("hf:", "modelscope:", "http://", "https://")):
             spec = spec.replace(":", "-")
-        stream = _stream_flag(body)
+        stream = stream_flag(body)
         #: keep pulling when the client leaves (else its pull stops at the next chunk, its bytes kept)
         self._background = body.get("background") is True
         loop = IOLoop.current()
