@@ -37,6 +37,7 @@ class SessionHandler(Protocol):
 
     def check_not_cancelled(self, result: GenerationResult) -> None: ...
 
+
 #: a dialect's writer of parsed output, and of an error once the answer has started
 Emit = Callable[[list[Delta]], Awaitable[None]]
 EmitError = Callable[[MnnEngineError], Awaitable[None]]
