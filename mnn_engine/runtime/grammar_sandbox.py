@@ -74,7 +74,11 @@ class GrammarSandbox:
             if key in self._verdicts:
                 self._verdicts.move_to_end(key)
                 return self._verdicts[key]
-            verdict = self._ask(grammar, vocab_key, vocabulary)
+            try:
+                verdict = self._ask(grammar, vocab_key, vocabulary)
+            except _NotAVerdict as exc:  # not remembered: the next check tries a new child
+                raise MnnEngineError("structured_output_unavailable", "the grammar checker's process failed to run: "
+                                     f"{exc.args[0][0]}", param="response_format") from None
             self._verdicts[key] = verdict
             while len(self._verdicts) > REMEMBERED:
                 self._verdicts.popitem(last=False)
@@ -83,8 +87,12 @@ class GrammarSandbox:
     def _start(self) -> subprocess.Popen[bytes]:
         if self._child is None or self._child.poll() is not None:
             stack = [] if self.stack_bytes is None else [str(self.stack_bytes)]
-            self._child = subprocess.Popen([sys.executable, "-m", "mnn_engine.runtime.grammar_sandbox", *stack],
-                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            # run from / with the current directory off the path: a source checkout there would shadow the
+            # installed package (as for the first-touch child)
+            self._child = subprocess.Popen(
+                [sys.executable, "-c", "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+                 "from mnn_engine.runtime.grammar_sandbox import serve; serve()", *stack],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/")
             self._vocabularies = set()
         return self._child
 
@@ -109,19 +117,33 @@ class GrammarSandbox:
         talker.join(CHECK_TIMEOUT_S)
         if talker.is_alive() or "died" in outcome:
             timed_out = talker.is_alive()
-            self.close()
+            returncode, stderr = self.close()
             talker.join(5)
             if timed_out:
                 return f"the grammar compiler did not finish within {CHECK_TIMEOUT_S:g} s"
+            if returncode is not None and returncode >= 0:  # it failed to start or exited: not the grammar's doing
+                raise _NotAVerdict(stderr.strip().splitlines()[-1:] or [f"exit {returncode}"])
             return "the grammar crashes the grammar compiler (llguidance)"
         return outcome["answer"]
 
-    def close(self) -> None:
-        """End the child (the next check starts another)."""
+    def close(self) -> tuple[int | None, str]:
+        """End the child (the next check starts another); its exit status and
+        what it wrote on stderr."""
         child, self._child = self._child, None
-        if child is not None and child.poll() is None:
+        if child is None:
+            return None, ""
+        if child.poll() is None:
             child.kill()
-            child.wait()
+        child.wait()
+        stderr = child.stderr.read().decode("utf-8", "replace") if child.stderr is not None else ""
+        for stream in (child.stdin, child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
+        return child.returncode, stderr[-2000:]
+
+
+class _NotAVerdict(Exception):
+    """The child ended by itself (it could not start): no verdict on the grammar."""
 
 
 # ---------------------------------------------------------------- the child
@@ -136,7 +158,8 @@ def _byte_tokenizer(tokens: list[bytes]) -> Any:
     return tokenize
 
 
-def _serve() -> None:  # pragma: no cover - runs in the child (tests drive it through GrammarSandbox)
+def serve() -> None:  # pragma: no cover - runs in the child (tests drive it through GrammarSandbox)
+    """The child's loop: a vocabulary or a grammar in, a verdict out."""
 
     ll = llguidance_module()
     stack_bytes = int(sys.argv[1]) if len(sys.argv) > 1 else COMPILE_STACK_BYTES
@@ -163,4 +186,4 @@ def _serve() -> None:  # pragma: no cover - runs in the child (tests drive it th
 
 
 if __name__ == "__main__":
-    _serve()
+    serve()

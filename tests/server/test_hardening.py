@@ -80,7 +80,7 @@ try:
 except Exception as exc:
     print("refused:", exc.message)
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd="/")
     assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
     assert "refused: response_format: not supported: panic: assertion failed" in out.stdout
     assert "backtrace" not in out.stdout
@@ -474,7 +474,7 @@ def test_sigterm_ends_the_server_while_a_pull_trickles(tmp_path, hub, small_repo
         free = probe.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "mnn_engine", "serve", str(test_model_dir("tiny")),
                              "--port", str(free), "--threads", "1", "--allow-pull-url", hub.url + "/*"],
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env, cwd="/")
     try:
         line = ""
         while "serving" not in line:

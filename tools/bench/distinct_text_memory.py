@@ -61,7 +61,7 @@ CASE = textwrap.dedent("""
 
 def run(model: str, requests: int, distinct: bool, http: bool) -> dict:
     out = subprocess.run([sys.executable, "-c", CASE, model, str(requests), str(int(distinct)), str(int(http))],
-                         check=True, capture_output=True, text=True).stdout
+                         check=True, capture_output=True, text=True, cwd="/").stdout  # "/": the installed package
     data = json.loads(out.strip().splitlines()[-1])
     data["growth_mib_per_1000"] = (data["marks_mib"][-1] - data["start_mib"]) * 1000 / requests
     # once the cache is full: the second half only
