@@ -24,6 +24,7 @@ import pickle
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 from collections import OrderedDict
 from typing import IO, Any
@@ -63,6 +64,7 @@ class GrammarSandbox:
         self.stack_bytes = stack_bytes
         self._lock = threading.Lock()
         self._child: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None  # the child's stderr: a file, so its warnings never fill a pipe
         self._vocabularies: set[str] = set()
         self._verdicts: OrderedDict[str, str | None] = OrderedDict()
 
@@ -89,10 +91,11 @@ class GrammarSandbox:
             stack = [] if self.stack_bytes is None else [str(self.stack_bytes)]
             # run from / with the current directory off the path: a source checkout there would shadow the
             # installed package (as for the first-touch child)
+            self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the child; closed by close()
             self._child = subprocess.Popen(
                 [sys.executable, "-c", "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
                  "from mnn_engine.runtime.grammar_sandbox import serve; serve()", *stack],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/")
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, cwd="/")
             self._vocabularies = set()
         return self._child
 
@@ -135,11 +138,16 @@ class GrammarSandbox:
         if child.poll() is None:
             child.kill()
         child.wait()
-        stderr = child.stderr.read().decode("utf-8", "replace") if child.stderr is not None else ""
-        for stream in (child.stdin, child.stdout, child.stderr):
+        for stream in (child.stdin, child.stdout):
             if stream is not None:
                 stream.close()
-        return child.returncode, stderr[-2000:]
+        stderr = b""
+        if self._stderr is not None:
+            self._stderr.seek(max(0, self._stderr.seek(0, 2) - 2000))
+            stderr = self._stderr.read()
+            self._stderr.close()
+            self._stderr = None
+        return child.returncode, stderr.decode("utf-8", "replace")
 
 
 class _NotAVerdict(Exception):
