@@ -34,9 +34,10 @@ class Faults:
     gated: dict[str, str] = field(default_factory=dict)  # repo -> the token that opens it
     missing: set[str] = field(default_factory=set)  # paths listed but answered 404
     delay_s: float = 0.0  # pause between chunks (a slow server)
-    #: path -> bytes sent with 200, whatever the Range (a server that ignores ranges and ends early)
+    #: path -> bytes sent with 200, whatever the Range: RFC 9110 section 14.2 lets a server ignore Range
+    #: ("A server MAY ignore the Range header field"), and a broken CDN or proxy also ends the body early
     short_ignoring_range: dict[str, int] = field(default_factory=dict)
-    chunk: int = 0  # bytes per chunk when set (with delay_s: a trickle)
+    chunk: int = 0  # bytes per chunk when set (with delay_s: a trickle, as a phone's bad connection delivers)
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -55,12 +56,16 @@ class FakeHub:
         self.hf: dict[str, Repo] = {}
         self.modelscope: dict[str, Repo] = {}
         self.manifests: dict[str, tuple[dict, dict[str, bytes]]] = {}
-        self.raw_manifests: dict[str, bytes] = {}  # key -> the bytes answered as the manifest (hostile ones)
-        self.raw_hf_info: dict[str, bytes] = {}  # repo -> the bytes answered as its revision info
+        #: key -> the bytes answered as the manifest: a hostile or broken host (manifests are anyone's URL)
+        self.raw_manifests: dict[str, bytes] = {}
+        #: repo -> the bytes answered as its revision info (the shape huggingface_hub's HfApi.model_info parses,
+        #: /api/models/{repo}/revision/{rev}?blobs=true, broken on purpose: a mirror or proxy answering junk)
+        self.raw_hf_info: dict[str, bytes] = {}
         self.faults = Faults()
         self.served: dict[str, int] = {}  # path -> bytes sent
         self.ranges: list[tuple[str, str | None]] = []  # (path, Range header)
         self.auth: list[str | None] = []
+        self.requests: list[str] = []  # the path of every request that reached the hub
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
         self.url = ""
@@ -109,6 +114,9 @@ class FakeHub:
 class _Handler(tornado.web.RequestHandler):
     def initialize(self, hub: FakeHub) -> None:
         self.hub = hub
+
+    def prepare(self) -> None:
+        self.hub.requests.append(self.request.path)  # every request, listings and manifests included
 
     def _gate(self, repo: str) -> bool:
         """Answer 401/403 for a gated repo without its token; True when answered."""

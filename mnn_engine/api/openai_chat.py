@@ -27,7 +27,6 @@ from typing import Any
 from ..errors import MnnEngineError
 from ..runtime import media
 from ..runtime.llm import GenerationResult, TokenLogprob
-from ..runtime.media import WORD_JOINER  # noqa: F401 - re-exported (tests)
 from ..scratch import scratch_dir
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}

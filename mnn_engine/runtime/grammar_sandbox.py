@@ -155,7 +155,8 @@ class _NotAVerdict(Exception):
 
 
 # ---------------------------------------------------------------- the child
-def _byte_tokenizer(tokens: list[bytes]) -> Any:
+def byte_tokenizer(tokens: list[bytes]) -> Any:
+    """Tokenize byte by byte with a vocabulary's single-byte tokens (enough to compile a grammar)."""
     ids = {token: i for i, token in enumerate(tokens) if len(token) == 1}
     fallback = len(tokens) - 1
 
@@ -180,7 +181,7 @@ def serve() -> None:  # pragma: no cover - runs in the child (tests drive it thr
             return
         if message[0] == "vocabulary":
             _, key, tokens, stops = message
-            tokenizers[key] = make_tokenizer(ll, tokens, stops, _byte_tokenizer(tokens))
+            tokenizers[key] = make_tokenizer(ll, tokens, stops, byte_tokenizer(tokens))
             continue
         _, key, grammar = message
         try:

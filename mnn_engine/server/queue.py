@@ -21,12 +21,7 @@ if TYPE_CHECKING:
 class GenerationQueue:
     def __init__(self, engine: ServedEngine, limit: int = 0, timeout: float = 60.0,
                  on_timeout: Callable[[], Any] = lambda: None) -> None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise MnnEngineError("invalid_argument", f"queue must be a whole number >= 0 (got {limit!r})",
-                                 param="queue")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise MnnEngineError("invalid_argument", f"queue_timeout must be > 0 seconds (got {timeout!r})",
-                                 param="queue_timeout")
+        # limit and timeout were checked by ServerSettings.validated
         self.engine = engine
         self.limit = limit
         self.timeout = float(timeout)

@@ -133,10 +133,8 @@ _servers_lock = threading.Lock()
 
 
 def bind(host: str, port: int) -> list[socket.socket]:
-    """Listening sockets for ``host:port`` (port 0: any free port); ``port_in_use``
-    when it is taken."""
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise MnnEngineError("invalid_argument", f"port must be from 1 to 65535 (got {port!r})", param="port")
+    """Listening sockets for ``host:port`` (port 0: any free port; the port is
+    checked by ``ServerSettings.validated``); ``port_in_use`` when it is taken."""
     try:
         return bind_sockets(port, address=host, reuse_port=False)
     except OSError as exc:
@@ -165,13 +163,8 @@ async def _start(engine: ServedEngine, settings: ServerSettings,
         engine.set_server_state("stopped")
         raise
     ctx = ServerContext(engine, settings=settings, metrics=Metrics(engine))
-    try:
-        ctx.queue = GenerationQueue(engine, settings.queue, settings.queue_timeout,
-                                    on_timeout=ctx.metrics.queue_timeouts.inc)
-    except MnnEngineError:
-        ctx.metrics.close()
-        engine.set_server_state("stopped")
-        raise
+    ctx.queue = GenerationQueue(engine, settings.queue, settings.queue_timeout,
+                                on_timeout=ctx.metrics.queue_timeouts.inc)
     ctx.metrics.queue = ctx.queue
     ctx.events = EventFanout(engine.events, asyncio.get_running_loop())
     limit = connection_limit()

@@ -143,3 +143,10 @@ def test_backend_subpackages_hold_the_libraries_mnn_engine_loads():
         assert f"lib/{library}" in subpackage.read_text().split()
         assert f"mnn-backend-{backend}" in python  # recommended by python-mnn-engine
         assert library in (MNN_RECIPE / "build.sh").read_text()  # checked after the install
+
+
+def test_the_termux_recipe_carries_the_same_mnn_patches():
+    ours = sorted((REPO / "subprojects" / "packagefiles" / "MNN").glob("*.patch"))
+    termux = sorted((REPO / "packaging" / "termux" / "mnn").glob("*.patch"))
+    assert ours and [p.name for p in ours] == [p.name for p in termux]
+    assert all(a.read_bytes() == b.read_bytes() for a, b in zip(ours, termux, strict=True))

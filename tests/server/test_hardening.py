@@ -21,7 +21,7 @@ import pytest
 from fake_hub import FakeHub, Repo, repo_from_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from live_server import Live, server_fixture, sse_events
+from live_server import Live, server_fixture
 from support import REPO, test_model_dir
 
 import mnn_engine
@@ -70,9 +70,9 @@ def test_the_engine_compiles_on_a_stack_that_survives_what_crashed_it():
     code = """
 import json, llguidance as ll
 from mnn_engine.runtime import grammar
-from mnn_engine.runtime.grammar_sandbox import _byte_tokenizer
+from mnn_engine.runtime.grammar_sandbox import byte_tokenizer
 tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
-tok = grammar.make_tokenizer(ll, tokens, [256], _byte_tokenizer(tokens))
+tok = grammar.make_tokenizer(ll, tokens, [256], byte_tokenizer(tokens))
 schema = {"type": "object", "properties": {}, "required": [f"r{i}" for i in range(30_000)]}
 text = ll.LLMatcher.grammar_from_json_schema(json.dumps(schema))
 try:
@@ -153,7 +153,6 @@ def test_a_required_tool_with_recursive_parameters_is_400_naming_tools(server, s
                                         "tool_choice": "required"})
     assert status == 400 and body["error"]["param"] == "tools", body
     _alive(server)
-    assert sse_events  # the stream helper is shared with test_server
 
 
 # ---------------------------------------------------------------- 2: media tags in raw text
@@ -229,8 +228,8 @@ def test_a_client_cannot_make_the_server_fetch_local_urls(server, hub, small_rep
         status, body = _pull(server, spec)
         assert status in (403, 404), (spec, body)
         answers.add((status, body["code"]))
-    assert answers <= {(403, "pull_refused"), (404, "model_not_found")}
-    assert hub.served == {} and hub.ranges == []
+    assert answers == {(403, "pull_refused"), (404, "model_not_found")}  # 404: file:... is no URL spec at all
+    assert hub.requests == []  # not even the manifest was fetched
 
 
 def test_the_operator_can_allow_a_local_manifest(tmp_path_factory, hub):
@@ -453,13 +452,6 @@ def test_memory_does_not_grow_with_distinct_text():
         sys.path.pop(0)
     result = run(str(test_model_dir("tiny")), 1000, True, False)
     assert result["late_growth_mib_per_1000"] < 2.0, result
-
-
-def test_the_termux_recipe_carries_the_same_mnn_patches():
-    ours = sorted((REPO / "subprojects" / "packagefiles" / "MNN").glob("*.patch"))
-    termux = sorted((REPO / "packaging" / "termux" / "mnn").glob("*.patch"))
-    assert ours and [p.name for p in ours] == [p.name for p in termux]
-    assert all(a.read_bytes() == b.read_bytes() for a, b in zip(ours, termux, strict=True))
 
 
 # ---------------------------------------------------------------- 4: SIGTERM with a pull stuck on a trickle

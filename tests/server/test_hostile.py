@@ -19,7 +19,8 @@ from live_server import KEY, Live, server_fixture
 from support import test_model_dir
 
 from mnn_engine import Llm, MnnEngineError, ModelStore
-from mnn_engine.api.openai_chat import WORD_JOINER, ImagePolicy, parse_chat_request
+from mnn_engine.api.openai_chat import ImagePolicy, parse_chat_request
+from mnn_engine.runtime.media import WORD_JOINER
 from mnn_engine.scratch import scratch_dir, scratch_root
 from mnn_engine.server.app import PUBLIC_PATHS
 

@@ -25,7 +25,7 @@ from common import machine, save  # tools/bench is on sys.path
 CASE = textwrap.dedent("""
     import json, sys, time, llguidance as ll
     from mnn_engine.runtime import grammar
-    from mnn_engine.runtime.grammar_sandbox import _byte_tokenizer
+    from mnn_engine.runtime.grammar_sandbox import byte_tokenizer
     kind, n, stack = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     if kind == "required":
         schema = {"type": "object", "properties": {}, "required": [f"r{i}" for i in range(n)]}
@@ -44,7 +44,7 @@ CASE = textwrap.dedent("""
         for _ in range(n):
             schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
     tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
-    tok = grammar.make_tokenizer(ll, tokens, [256], _byte_tokenizer(tokens))
+    tok = grammar.make_tokenizer(ll, tokens, [256], byte_tokenizer(tokens))
     started = time.perf_counter()
     try:
         text = ll.LLMatcher.grammar_from_json_schema(json.dumps(schema))
