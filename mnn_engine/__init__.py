@@ -23,7 +23,8 @@ from .engine.engine import Engine, LoadOptions, install_server_launcher
 from .engine.events import Event, LogEntry
 from .runtime.build import backend_capabilities, build_info
 from .runtime.embedding import EmbeddingResult
-from .runtime.llm import GenerationResult, Llm, ScoreResult, TokenLogprob
+from .runtime.generation import GenerationResult, ScoreResult, TokenLogprob
+from .runtime.llm import Llm
 from .runtime.sampling import GenerationConfig
 from .store.layout import ModelInfo, model_id_from_name
 from .store.models import ModelStore

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..runtime.llm import GenerationResult, TokenLogprob
+from ..runtime.generation import GenerationResult, TokenLogprob
 from .openai_chat import SAMPLING_FIELDS, Completion, bad, boolean_field, finite_logprob
 
 #: OpenAI's default for this route

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..errors import invalid
-from ..runtime.llm import GenerationResult
+from ..runtime.generation import GenerationResult
 from .openai_chat import ChatRequest, ImagePolicy, finish_reason, parse_chat_request
 
 #: the Ollama API version these routes follow

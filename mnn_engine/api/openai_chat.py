@@ -26,7 +26,8 @@ from typing import Any
 
 from ..errors import MnnEngineError
 from ..runtime import media
-from ..runtime.llm import GenerationResult, TokenLogprob
+from ..runtime.generation import GenerationResult, TokenLogprob
+from ..runtime.prompt import ChatMessages, chat_messages
 from ..scratch import scratch_dir
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
@@ -46,7 +47,7 @@ def bad(param: str, message: str) -> MnnEngineError:
 class ChatRequest:
     """A validated chat completion request, ready for ``Engine.submit``."""
 
-    messages: list[dict[str, str]]
+    messages: ChatMessages
     sampling: dict[str, Any]
     stream: bool = False
     include_usage: bool = False
@@ -84,7 +85,7 @@ def parse_chat_request(body: Any, images: ImagePolicy | None = None) -> ChatRequ
     policy = images or ImagePolicy()
     if not isinstance(body, Mapping):
         raise bad("body", "the request body must be a JSON object")
-    request = ChatRequest(messages=[], sampling={})
+    request = ChatRequest(messages=ChatMessages(), sampling={})
     try:
         _parse_options(body, request)
         request.messages = _parse_messages(body.get("messages"), policy, request)
@@ -203,7 +204,10 @@ def _parse_tools(body: Mapping[str, Any], request: ChatRequest) -> None:
     request.parse_tools = True
 
 
-def _parse_messages(messages: Any, policy: ImagePolicy, request: ChatRequest) -> list[dict[str, str]]:
+def _parse_messages(messages: Any, policy: ImagePolicy, request: ChatRequest) -> ChatMessages:
+    """OpenAI's rules for messages (roles, content parts, images, earlier tool
+    calls), then the model's own, once (``chat_messages``): the engine takes
+    the result as it is."""
     if not isinstance(messages, list) or not messages:
         raise bad("messages", "'messages' must be a non-empty list")
     out = []
@@ -218,7 +222,7 @@ def _parse_messages(messages: Any, policy: ImagePolicy, request: ChatRequest) ->
             content += media.neutralize(_tool_calls_text(message["tool_calls"], where))
         # an assistant's earlier reasoning_content is not sent back to the model
         out.append({"role": "system" if role == "developer" else role, "content": content})
-    return out
+    return chat_messages(out)
 
 
 def _neutralized(value: Any) -> Any:

@@ -15,6 +15,7 @@ from ..server.settings import (
     DEFAULT_HOST,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_PORT,
+    DEFAULT_QUEUE,
     DEFAULT_QUEUE_TIMEOUT,
     ServerSettings,
 )
@@ -97,9 +98,9 @@ def add_commands(commands: Any) -> None:
                    help="let web pages from ORIGIN (e.g. http://localhost:3000; * for any) call the API; "
                         "repeatable. By default only the server's own page can")
     p.add_argument("--access-log", action="store_true", help="log a line per HTTP request")
-    p.add_argument("--queue", type=int, default=0, metavar="N",
-                   help="let up to N requests wait for the model, first come first served (default 0: a request "
-                        "that finds the model busy gets 429 at once)")
+    p.add_argument("--queue", type=int, default=DEFAULT_QUEUE, metavar="N",
+                   help=f"let up to N requests wait for the model, first come first served (default "
+                        f"{DEFAULT_QUEUE}; 0: a request that finds the model busy gets 429 at once)")
     p.add_argument("--queue-timeout", type=float, default=DEFAULT_QUEUE_TIMEOUT, metavar="S",
                    help=f"seconds a queued request waits before it gets 429 (default {DEFAULT_QUEUE_TIMEOUT:g})")
     p.add_argument("--max-body-mb", type=body_mb, default=DEFAULT_MAX_BODY_BYTES / 2**20,

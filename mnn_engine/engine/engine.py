@@ -4,7 +4,7 @@ Rules (each violation is an ``MnnEngineError`` with the code shown):
 
 - one active model; loading another replaces it (``server_running`` while the
   server runs);
-- one generation at a time (``busy``);
+- one generation at a time (``busy``: the model's claim, ``Llm.claim``);
 - the server needs a loaded model (``model_not_loaded``);
 - the server must be stopped before the active model is unloaded, deleted or
   replaced (``server_running``);
@@ -31,7 +31,9 @@ from ..errors import MnnEngineError, invalid
 from ..runtime.build import BACKENDS, backend_capabilities, require_backend
 from ..runtime.device import default_threads
 from ..runtime.embedding import EmbeddingResult, embedding_inputs
-from ..runtime.llm import DEFAULT_DRAFT_TOKENS, GenerationResult, Llm, Prompt, check_quant_qkv, check_speculative
+from ..runtime.generation import GenerationResult
+from ..runtime.llm import DEFAULT_DRAFT_TOKENS, Llm, check_quant_qkv, check_speculative
+from ..runtime.prompt import Prompt, chat_messages
 from ..runtime.streaming import astream_pieces, stream_pieces
 from ..store.layout import ModelInfo, ModelLock
 from ..store.models import ModelStore
@@ -171,8 +173,9 @@ class Engine:
         self._options: LoadOptions | None = None
         self._model_lock: ModelLock | None = None  # held while a store model is loaded
         self._model_state = "unloaded"
-        self._generation_state = "idle"
+        self._generation_state = "idle"  # or "running", or "cancelling" (cancelled, ends before its next token)
         self._generation_started: float | None = None
+        self._generation_ticket: object | None = None  # which generation the state is about
         self._server_state = "stopped"
         self._server_address: str | None = None
         self._last_error: dict[str, Any] | None = None
@@ -196,6 +199,12 @@ class Engine:
         """Whether a generation is running (or starting)."""
         with self._state_lock:
             return self._generation_state != "idle"
+
+    @property
+    def generation_cancelled(self) -> bool:
+        """Whether the running generation was cancelled (it ends before its next token)."""
+        with self._state_lock:
+            return self._generation_state == "cancelling"
 
     @property
     def active_model_id(self) -> str | None:
@@ -342,24 +351,31 @@ class Engine:
         self.close()
 
     # ---------------------------------------------------------------- generation
-    def _begin_generation(self) -> Llm:
+    def _active_llm(self) -> Llm:
         with self._state_lock:
             llm = self._llm
-            if llm is None:
-                raise MnnEngineError("model_not_loaded", "no model is loaded")
-            if self._generation_state != "idle":
-                raise MnnEngineError("busy", "a generation is already running")
-            self._generation_state = "running"
-            self._generation_started = time.time()
-            model_id = self._model_id
-        self.events.emit("generation", "running", model_id=model_id)
+        if llm is None:
+            raise MnnEngineError("model_not_loaded", "no model is loaded")
         return llm
 
-    def _end_generation(self, llm: Llm, result: GenerationResult | None, error: BaseException | None,
-                        embedded: EmbeddingResult | None = None) -> None:
+    def _begin_generation(self) -> object:
+        """Record that a generation holding the model's claim started; returns its ticket."""
+        ticket = object()
         with self._state_lock:
-            self._generation_state = "idle"
-            self._generation_started = None
+            self._generation_state = "running"
+            self._generation_started = time.time()
+            self._generation_ticket = ticket
+            model_id = self._model_id
+        self.events.emit("generation", "running", model_id=model_id)
+        return ticket
+
+    def _end_generation(self, ticket: object, llm: Llm, result: GenerationResult | None,
+                        error: BaseException | None, embedded: EmbeddingResult | None = None) -> None:
+        with self._state_lock:
+            if self._generation_ticket is ticket:  # a later generation may have claimed the model already
+                self._generation_state = "idle"
+                self._generation_started = None
+                self._generation_ticket = None
             if result is not None:
                 self._last_result = result
             model_id = self._model_id
@@ -406,12 +422,9 @@ class Engine:
         ``on_prompt``, which gets the rendered prompt text (and the number of
         messages dropped to fit the context) first.
         """
-        llm = self._begin_generation()
-        try:
-            prepared = llm.prepare(prompt, **sampling)
-        except BaseException as exc:
-            self._end_generation(llm, None, exc)
-            raise
+        llm = self._active_llm()
+        prepared = llm.prepare(prompt, **sampling)  # busy and bad arguments are raised here
+        ticket = self._begin_generation()
 
         def work() -> GenerationResult:
             result: GenerationResult | None = None
@@ -422,14 +435,14 @@ class Engine:
                 error = exc
                 raise
             finally:
-                self._end_generation(llm, result, error)
+                self._end_generation(ticket, llm, result, error)
             return self._checked(result)
 
         try:
             return self._executor.submit(work)
         except RuntimeError as exc:  # executor shut down by close()
             prepared.abandon()
-            self._end_generation(llm, None, exc)
+            self._end_generation(ticket, llm, None, exc)
             raise MnnEngineError("model_not_loaded", "the engine is closed") from exc
 
     def generate(self, prompt: Prompt, callback: Callable[[str], Any] | None = None,
@@ -447,16 +460,17 @@ class Engine:
 
     def chat(self, messages: Sequence[Mapping[str, Any]], **sampling: Any) -> GenerationResult:
         """Answer chat messages; returns the whole result."""
-        return self.generate(list(messages), **sampling)
+        return self.generate(chat_messages(messages), **sampling)
 
     def stream_chat(self, messages: Sequence[Mapping[str, Any]], **sampling: Any) -> Iterator[str]:
         """Answer chat messages piece by piece. Closing the iterator, or Ctrl-C
         while it waits, cancels the generation (the model stays loaded)."""
-        yield from stream_pieces(lambda put: self.submit(list(messages), put, **sampling), self.cancel_generation)
+        yield from stream_pieces(lambda put: self.submit(chat_messages(messages), put, **sampling),
+                                 self.cancel_generation)
 
     async def astream_chat(self, messages: Sequence[Mapping[str, Any]], **sampling: Any) -> AsyncIterator[str]:
         """``stream_chat`` for asyncio: never blocks the event loop."""
-        async for piece in astream_pieces(lambda put: self.submit(list(messages), put, **sampling),
+        async for piece in astream_pieces(lambda put: self.submit(chat_messages(messages), put, **sampling),
                                           self.cancel_generation):
             yield piece
 
@@ -465,27 +479,26 @@ class Engine:
         ``Llm.embed``); it counts as the one running generation. Refusals
         that need no tokenizing (``model_not_loaded``, ``busy``,
         ``wrong_model_kind``, malformed inputs) are raised here."""
-        llm = self._begin_generation()
-        try:
-            llm.require_kind("embedding")
-            items = embedding_inputs(inputs)
-        except BaseException as exc:
-            self._end_generation(llm, None, exc)
-            raise
+        llm = self._active_llm()
+        llm.require_kind("embedding")
+        items = embedding_inputs(inputs)
+        claim = llm.claim()  # busy is raised here
+        ticket = self._begin_generation()
 
         def work() -> EmbeddingResult:
             try:
-                result = llm.embed(items, normalize=normalize, truncate=truncate)
+                result = llm.embed(items, normalize=normalize, truncate=truncate, claim=claim)
             except BaseException as exc:
-                self._end_generation(llm, None, exc)
+                self._end_generation(ticket, llm, None, exc)
                 raise
-            self._end_generation(llm, None, None, embedded=result)
+            self._end_generation(ticket, llm, None, None, embedded=result)
             return result
 
         try:
             return self._executor.submit(work)
         except RuntimeError as exc:  # executor shut down by close()
-            self._end_generation(llm, None, exc)
+            claim.release()
+            self._end_generation(ticket, llm, None, exc)
             raise MnnEngineError("model_not_loaded", "the engine is closed") from exc
 
     def embed(self, inputs: Any, *, normalize: bool = True, truncate: bool = False) -> EmbeddingResult:
@@ -496,6 +509,9 @@ class Engine:
         """Stop the running generation before its next token (any thread)."""
         llm = self._llm
         if llm is not None:
+            with self._state_lock:
+                if self._generation_state == "running":
+                    self._generation_state = "cancelling"
             llm.cancel()
 
     @property

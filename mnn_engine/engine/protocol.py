@@ -9,7 +9,8 @@ from concurrent.futures import Future
 from typing import Any, Protocol
 
 from ..runtime.embedding import EmbeddingResult
-from ..runtime.llm import GenerationResult, Llm
+from ..runtime.generation import GenerationResult
+from ..runtime.llm import Llm
 from ..store.layout import ModelInfo
 from ..store.models import ModelStore
 from .events import EventStream
@@ -26,6 +27,9 @@ class ServedEngine(Protocol):
 
     @property
     def generating(self) -> bool: ...
+
+    @property
+    def generation_cancelled(self) -> bool: ...
 
     @property
     def active_model_id(self) -> str | None: ...

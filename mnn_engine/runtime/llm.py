@@ -13,7 +13,6 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,25 +22,39 @@ from . import media, structured
 from .build import load_backend_library
 from .embedding import EmbeddingInput, EmbeddingResult, embedding_inputs, template_wrap, vector_from
 from .first_touch import check_in_child
+from .generation import (
+    GenerationResult,
+    ModelClaim,
+    PreparedGeneration,
+    PromptCallback,
+    ScoreResult,
+    TokenCallback,
+)
 from .model_files import model_files, model_kind, resolve_config_path, validate_model_dir
 from .native_output import captured_native_output
+from .prompt import (
+    DEFAULT_ANSWER_RESERVE,
+    ChatMessages,
+    Message,
+    Prompt,
+    PromptCancelled,
+    chat_messages,
+    checked_ids,
+    checked_prompt,
+    fit_chat,
+    fitting_ids,
+)
 from .sampling import INT32_MAX, GenerationConfig, is_valid_unicode
 from .streaming import astream_pieces, stream_pieces
-from .tokenizing import splits_exactly, tokenize_bounded, utf8_len
+from .tokenizing import splits_exactly, tokenize_bounded
 
 log = logging.getLogger("mnn_engine.llm")
-
-Message = Mapping[str, Any]
-Prompt = str | Sequence[int] | Sequence[Message]
-TokenCallback = Callable[[str], Any]
 
 _SAMPLER_DEFAULT_KEYS = (
     "temperature", "top_k", "top_p", "min_p",
     "repetition_penalty", "presence_penalty", "frequency_penalty",
 )
 _DEFAULT_CONTEXT = 2048
-#: Tokens kept free for the answer when truncating a chat without max_tokens
-DEFAULT_ANSWER_RESERVE = 256
 #: The longest draft one speculative verification checks, by default
 DEFAULT_DRAFT_TOKENS = 7
 # what verification costs are measured over (a short, ordinary prompt)
@@ -51,72 +64,6 @@ _INT_CONFIG_KEYS = frozenset({"max_all_tokens", "max_new_tokens", "thread_num", 
 # Markup tokens that reasoning and tool-call parsing rely on. MNN's tokenizer
 # decodes added tokens to nothing, so their text is restored after load.
 MARKUP_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
-
-
-@dataclass(frozen=True)
-class TokenLogprob:
-    """Log-probability of a generated token, with the most likely alternatives."""
-
-    token_id: int
-    logprob: float
-    top: tuple[tuple[int, float], ...]
-
-
-@dataclass(frozen=True)
-class GenerationResult:
-    """What one generation produced, and how fast.
-
-    ``finish_reason`` is ``stop`` (end token or stop string), ``length``
-    (max_tokens or the context limit), ``cancelled`` or ``error``.
-    Times are in milliseconds; ``decode_tokens_per_second`` counts the
-    tokens decoded after the first (one per forward, plus the drafts a
-    speculative verification kept). ``drafted_tokens`` and
-    ``accepted_tokens`` count speculative drafts verified and kept;
-    ``decode_steps`` the forwards. ``decode_forward_ms`` is the
-    part of ``decode_ms`` spent inside MNN's forwards; the rest is this
-    package's own per-token work (sampling, stop checks, detokenising,
-    callbacks).
-    """
-
-    text: str
-    token_ids: tuple[int, ...]
-    finish_reason: str
-    prompt_tokens: int
-    completion_tokens: int
-    prefill_ms: float
-    decode_ms: float
-    time_to_first_token_ms: float
-    total_ms: float
-    decode_steps: int
-    seed: int
-    logprobs: tuple[TokenLogprob, ...] | None = None
-    error: str | None = None
-    decode_forward_ms: float = 0.0
-    cached_tokens: int = 0  # prompt tokens the KV cache already held (not prefilled again)
-    dropped_messages: int = 0  # oldest messages left out to fit the context (context_overflow="truncate")
-    drafted_tokens: int = 0
-    accepted_tokens: int = 0
-
-    @property
-    def prefill_tokens_per_second(self) -> float:
-        return self.prompt_tokens / (self.prefill_ms / 1000) if self.prefill_ms > 0 else 0.0
-
-    @property
-    def decode_tokens_per_second(self) -> float:
-        tokens = self.decode_steps + self.accepted_tokens
-        return tokens / (self.decode_ms / 1000) if self.decode_ms > 0 else 0.0
-
-    @property
-    def usage(self) -> dict[str, Any]:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
-            # OpenAI's names for predicted tokens kept and refused: here, speculative drafts
-            "completion_tokens_details": {"accepted_prediction_tokens": self.accepted_tokens,
-                                          "rejected_prediction_tokens": self.drafted_tokens - self.accepted_tokens},
-        }
 
 
 def check_speculative(speculative: Any, draft_tokens: Any) -> None:
@@ -132,25 +79,6 @@ def check_quant_qkv(value: Any) -> None:
     ones), wherever the setting comes from."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value not in range(3)):
         raise invalid("quant_qkv", f"must be 0, 1 or 2 (got {value!r}; MNN's modes 3 and 4 are broken in MNN 3.6.1)")
-
-
-@dataclass(frozen=True)
-class ScoreResult:
-    """Teacher-forced log-probabilities (natural log) of a continuation's
-    tokens (``Llm.score``)."""
-
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    cancelled: bool = False
-
-    @property
-    def total_logprob(self) -> float:
-        return math.fsum(self.logprobs)
-
-    @property
-    def perplexity(self) -> float:
-        """exp of the mean negative log-probability per token (inf when nothing was scored)."""
-        return math.exp(-self.total_logprob / len(self.logprobs)) if self.logprobs else math.inf
 
 
 def _close_core(core: _mnn.LlmCore) -> None:
@@ -434,7 +362,7 @@ class Llm:
 
     def detokenize_bytes(self, token_ids: Sequence[int]) -> bytes:
         """Raw bytes of the tokens (a token may hold part of a UTF-8 character)."""
-        ids = self._checked_ids(token_ids, "token_ids")
+        ids = self.checked_ids(token_ids, "token_ids")
         with self._using() as core:
             return core.detokenize(ids)
 
@@ -464,7 +392,7 @@ class Llm:
         ``enable_thinking`` and ``tools`` go into the template's context (as
         Qwen3-style templates expect); ``None`` keeps the model's default.
         """
-        pairs = _message_pairs(messages)
+        pairs = chat_messages(messages).pairs
         context = dict(self._template_context)
         # set_config merges, so every key we ever set must be set each time
         if enable_thinking is not None:
@@ -493,38 +421,18 @@ class Llm:
         """Token ids for a prompt given as text, token ids or chat messages.
         ``enable_thinking`` and ``tools`` go into the chat template, so they
         need chat messages."""
-        self.check_prompt(prompt, enable_thinking=enable_thinking, tools=tools)
+        prompt = self.check_prompt(prompt, enable_thinking=enable_thinking, tools=tools)
         with self._using() as core:
             return self._prompt_ids(core, prompt, enable_thinking, tools, cancellable=False)[1]
 
     def check_prompt(self, prompt: Prompt, *, enable_thinking: bool | None = None,
-                     tools: Sequence[Mapping[str, Any]] | None = None) -> None:
+                     tools: Sequence[Mapping[str, Any]] | None = None) -> Prompt:
         """The checks on a prompt that take no tokenizing (milliseconds even
         for megabytes): its shape, and text too long to fit in the context
-        whatever its tokens (``context_length_exceeded``)."""
-        if _is_chat(prompt):
-            pairs = _message_pairs(prompt)
-            size = sum(utf8_len(content) for _, content in pairs)
-        else:
-            for name, value in (("enable_thinking", enable_thinking), ("tools", tools)):
-                if value is not None:
-                    raise invalid(name, "applies to chat messages only (the prompt is text or token ids)")
-            if isinstance(prompt, str):
-                if not is_valid_unicode(prompt):
-                    raise invalid("prompt", "must be valid Unicode (no lone surrogates)")
-                size = utf8_len(prompt)
-            elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
-                ids = self._checked_ids(prompt, "prompt")
-                if not ids:
-                    raise MnnEngineError("empty_prompt", "the prompt is empty (no tokens)", param="prompt")
-                size = len(ids) * self._max_token_bytes
-            else:
-                raise invalid("prompt", "must be text, a list of token ids or a list of chat messages")
-        if size > self.prompt_byte_limit:
-            raise MnnEngineError(
-                "context_length_exceeded",
-                f"the prompt has {size} bytes of text; the context holds {self._context_limit} tokens of at "
-                f"most {self._max_token_bytes} bytes each", param="prompt")
+        whatever its tokens (``context_length_exceeded``). Returns the prompt
+        checked (chat messages as ``ChatMessages``, token ids as a list)."""
+        return checked_prompt(prompt, enable_thinking=enable_thinking, tools=tools, vocab_size=self._vocab_size,
+                              max_token_bytes=self._max_token_bytes, context_limit=self._context_limit)
 
     def _prompt_ids(self, core: _mnn.LlmCore, prompt: Prompt, enable_thinking: bool | None,
                     tools: Any, cancellable: bool = True, overflow: str = "error",
@@ -536,25 +444,20 @@ class Llm:
         the oldest messages after the system prompt are dropped, whole,
         until the prompt and ``reserve`` tokens for the answer fit."""
         cancelled = core.cancel_requested if cancellable else _never
-        if overflow == "truncate" and _is_chat(prompt):
-            return self._fitted_chat(core, list(prompt), enable_thinking, tools, cancelled, reserve)
-        text: str | None = None
-        if _is_chat(prompt):
-            text = self.apply_chat_template(prompt, True, enable_thinking, tools)
+        if isinstance(prompt, ChatMessages):
+            def render(messages: Sequence[Message]) -> str:
+                return self.apply_chat_template(messages, True, enable_thinking, tools)
+
+            if overflow == "truncate":
+                return fit_chat(prompt, render, lambda text, limit: self._tokens_within(core, text, limit, cancelled),
+                                self._context_limit, reserve)
+            text = render(prompt)
         elif isinstance(prompt, str):
             text = prompt
-        ids = list(prompt) if text is None else self._tokens_within(core, text, self._context_limit - 1, cancelled)
-        if ids is None:
-            raise MnnEngineError("context_length_exceeded",
-                                 f"the prompt has more than {self._context_limit - 1} tokens; the context holds "
-                                 f"{self._context_limit}", param="prompt")
-        if len(ids) >= self._context_limit:
-            raise MnnEngineError("context_length_exceeded",
-                                 f"the prompt has {len(ids)} tokens; the context holds {self._context_limit}",
-                                 param="prompt")
-        if not ids:
-            raise MnnEngineError("empty_prompt", "the prompt is empty (no tokens)", param="prompt")
-        return text, ids, 0
+        else:
+            return None, fitting_ids(list(prompt), self._context_limit), 0
+        return text, fitting_ids(self._tokens_within(core, text, self._context_limit - 1, cancelled),
+                                 self._context_limit), 0
 
     def _encode(self, core: _mnn.LlmCore, text: str, limit: int, cancelled: Callable[[], bool]) -> list[int] | None:
         """The one way text reaches MNN's tokenizer: media tags are guarded
@@ -568,53 +471,12 @@ class Llm:
         """The ids of ``text``, or None when there are more than ``limit``."""
         ids = self._encode(core, text, limit, cancelled)
         if ids is None and cancelled():
-            raise _Cancelled
+            raise PromptCancelled
         return ids
 
-    def _fitted_chat(self, core: _mnn.LlmCore, messages: list[Message], enable_thinking: bool | None,
-                     tools: Any, cancelled: Callable[[], bool], reserve: int) -> tuple[str, list[int], int]:
-        """The chat with as few of its oldest messages dropped as makes it fit."""
-        head = 0
-        while head < len(messages) - 1 and messages[head].get("role") in ("system", "developer"):
-            head += 1
-        body = messages[head:]
-        limit = self._context_limit - 1 - min(max(reserve, 1), self._context_limit // 2)
-
-        def attempt(dropped: int) -> tuple[str, list[int], int] | None:
-            kept = body[dropped:]
-            while len(kept) > 1 and kept[0].get("role") != "user":
-                kept = kept[1:]  # what is left starts with a user turn
-            text = self.apply_chat_template(messages[:head] + kept, True, enable_thinking, tools)
-            ids = self._tokens_within(core, text, limit, cancelled)
-            return None if ids is None else (text, ids, len(body) - len(kept))
-
-        whole = attempt(0)
-        if whole is not None:
-            return whole
-        best = None
-        low, high = 1, len(body) - 1  # the fewest dropped messages that fit, by bisection (fitting is monotone)
-        while low <= high:
-            middle = (low + high) // 2
-            fitted = attempt(middle)
-            if fitted is None:
-                low = middle + 1
-            else:
-                best, high = fitted, middle - 1
-        if best is None:
-            raise MnnEngineError("context_length_exceeded",
-                                 f"even the last message does not fit in the context ({self._context_limit} tokens, "
-                                 f"{self._context_limit - 1 - limit} kept for the answer)", param="messages")
-        log.info("dropped the %d oldest messages to fit the context", best[2])
-        return best
-
-    def _checked_ids(self, token_ids: Sequence[int], param: str) -> list[int]:
-        ids = list(token_ids)
-        for token in ids:
-            if isinstance(token, bool) or not isinstance(token, int):
-                raise invalid(param, f"token ids must be integers (got {token!r})")
-            if not 0 <= token < (self._vocab_size or 2**31):
-                raise invalid(param, f"token id {token} is outside the vocabulary")
-        return ids
+    def checked_ids(self, token_ids: Sequence[int], param: str) -> list[int]:
+        """Token ids as a list, each an integer inside this model's vocabulary."""
+        return checked_ids(token_ids, self._vocab_size, param)
 
     # ------------------------------------------------------------------ generation
     def generate(
@@ -636,7 +498,7 @@ class Llm:
         one call of an offered tool whose arguments fit its parameters
         (structured output); ``"auto"``/``"none"``/None leave it free."""
         run = self._prepare(prompt, config, enable_thinking, tools, sampling, tool_choice)
-        return self._run(run, callback)
+        return run.run(callback)
 
     def stream(self, prompt: Prompt, **kwargs: Any) -> Iterator[str]:
         """Yield pieces of text as they are generated (a generation thread
@@ -658,7 +520,7 @@ class Llm:
 
         def work() -> None:
             try:
-                future.set_result(self._run(run, callback))
+                future.set_result(run.run(callback))
             except BaseException as exc:
                 future.set_exception(exc)
 
@@ -689,68 +551,53 @@ class Llm:
                  tool_choice: Any = None) -> PreparedGeneration:
         """Validate what takes no tokenizing and claim the model, so errors
         (and ``busy``) surface in the caller's thread at once. Rendering and
-        tokenizing the prompt happen in _run, on the generating thread. The
-        claim (a lease on the core and the generation lock) is returned by
-        _run or _abandon."""
+        tokenizing the prompt happen in _run, on the generating thread, which
+        gives the claim back."""
         self.require_kind("chat")
-        core = self._lease()
-        try:
-            gen = GenerationConfig.from_kwargs(config, **sampling)
-            self.check_prompt(prompt, enable_thinking=enable_thinking, tools=tools)
-            params = gen.resolved(self._sampling_defaults, self._vocab_size)
-            grammar = structured.grammar_for(gen.response_format, gen.grammar, tools, tool_choice)
-            prepared = PreparedGeneration(self, core, prompt, enable_thinking, tools, gen, params,
-                                          gen.effective_seed(), grammar)
-            self._claim_generation()
-        except BaseException:
-            self._release()
-            raise
-        core.clear_cancel()  # a cancel from now on applies to this generation
-        return prepared
-
-    def _abandon(self, run: PreparedGeneration) -> None:
-        """Return the claim of a prepared generation that will not run."""
-        self._generation_lock.release()
-        self._release()
+        gen = GenerationConfig.from_kwargs(config, **sampling)
+        prompt = self.check_prompt(prompt, enable_thinking=enable_thinking, tools=tools)
+        settings = gen.resolved(self._sampling_defaults, self._vocab_size)
+        settings.seed = gen.effective_seed()
+        settings.stop = gen.stop
+        settings.max_tokens = -1 if gen.max_tokens is None else gen.max_tokens
+        settings.context_limit = self._context_limit
+        settings.ignore_eos = gen.ignore_eos
+        settings.verify_serially = self._verify_serially
+        grammar = structured.grammar_for(gen.response_format, gen.grammar, tools, tool_choice)
+        return PreparedGeneration(self.claim(), prompt, enable_thinking, tools, gen, settings, grammar, self._run)
 
     def _run(self, run: PreparedGeneration, callback: TokenCallback | None,
-             on_prompt: Callable[[str | None, int], Any] | None = None) -> GenerationResult:
-        """Run a prepared generation; releases the claim taken by _prepare.
+             on_prompt: PromptCallback | None = None) -> GenerationResult:
+        """Run a prepared generation (``PreparedGeneration.run``); gives its claim back.
         ``on_prompt`` receives the rendered prompt text and the number of
         dropped messages before the first token."""
+        settings, config = run.settings, run.config
         try:
             dropped = 0
             try:
-                reserve = run.config.max_tokens if run.config.max_tokens and run.config.max_tokens > 0 else \
+                reserve = config.max_tokens if config.max_tokens and config.max_tokens > 0 else \
                     DEFAULT_ANSWER_RESERVE
                 text, ids, dropped = self._prompt_ids(run.core, run.prompt, run.enable_thinking, run.tools,
-                                                      overflow=run.config.context_overflow, reserve=reserve)
+                                                      overflow=config.context_overflow, reserve=reserve)
                 # compiled here, on the generating thread: a big schema takes a while
                 constraint = structured.Constraint(self, *run.grammar) if run.grammar else None
-            except _Cancelled:
-                raw = _cancelled_raw()
+            except PromptCancelled:
+                outcome = _mnn.GenerationOutcome()
             else:
                 if on_prompt is not None:
                     on_prompt(text, dropped)
-                max_tokens = -1 if run.config.max_tokens is None else run.config.max_tokens
-                draft_tokens = self._draft_tokens(run.core, run.config)
+                settings.draft_tokens = self._draft_tokens(run.core, config)
                 # Images and audio: their placeholder ids do not tell one picture from another, so such
                 # prompts neither reuse the KV cache nor leave it to be reused.
                 with_media = text is not None and media.has_media(text)
-                raw = run.core.generate(
-                    ids, run.params, stop=run.config.stop, callback=callback,
-                    max_tokens=max_tokens, context_limit=self._context_limit,
-                    seed=run.seed, ignore_eos=run.config.ignore_eos,
-                    reuse=(self.prompt_cache if run.config.cache_prompt is None else run.config.cache_prompt)
-                    and not with_media, constraint=constraint, draft_tokens=draft_tokens,
-                    verify_serially=self._verify_serially,
-                )
+                settings.reuse = (self.prompt_cache if config.cache_prompt is None else config.cache_prompt) \
+                    and not with_media
+                outcome = run.core.generate(ids, settings, callback, constraint)
                 if with_media:
                     run.core.forget()
         finally:
-            self._generation_lock.release()
-            self._release()
-        result = _result(raw, run.seed, dropped)
+            run.claim.release()
+        result = GenerationResult.from_outcome(outcome, settings.seed, dropped)
         self.last_result = result
         if result.finish_reason == "error":
             log.error("generation failed: %s", result.error)
@@ -771,21 +618,28 @@ class Llm:
         with self._using() as core:
             core.inject_failure(after_tokens)
 
-    def _claim_generation(self) -> None:
-        """Take the generation lock, or ``busy`` (never waits)."""
+    def claim(self) -> ModelClaim:
+        """Claim the model for one run (a generation, scoring or embedding):
+        ``busy`` at once if another holds it, the one place where "one
+        generation at a time" is enforced. A cancel from then on applies to
+        the claimer's run. ``release()`` the claim (or use it in ``with``)."""
+        core = self._lease()
         if not self._generation_lock.acquire(blocking=False):
+            self._release()
             raise MnnEngineError("busy", "a generation is already running on this model")
+        core.clear_cancel()
+
+        def give_back() -> None:
+            self._generation_lock.release()
+            self._release()
+
+        return ModelClaim(core, give_back)
 
     @contextlib.contextmanager
-    def _exclusive(self) -> Iterator[_mnn.LlmCore]:
-        """The core, with the generation lock (``busy`` if a generation runs)."""
-        with self._using() as core:
-            self._claim_generation()
-            try:
-                core.clear_cancel()
-                yield core
-            finally:
-                self._generation_lock.release()
+    def _exclusive(self, claim: ModelClaim | None = None) -> Iterator[_mnn.LlmCore]:
+        """The core, claimed (``busy`` if a generation runs); a claim taken earlier is used, and given back."""
+        with claim or self.claim() as held:
+            yield held.core
 
     # ------------------------------------------------------------------ scoring
     def score(self, prompt: Prompt, continuation: str | Sequence[int]) -> ScoreResult:
@@ -800,7 +654,7 @@ class Llm:
         if isinstance(continuation, str):
             target_ids = self.tokenize(continuation)
         elif isinstance(continuation, Sequence) and not isinstance(continuation, (bytes, bytearray)):
-            target_ids = self._checked_ids(continuation, "continuation")
+            target_ids = self.checked_ids(continuation, "continuation")
         else:
             raise invalid("continuation", "must be text or a list of token ids")
         if not target_ids:
@@ -823,7 +677,8 @@ class Llm:
             raise MnnEngineError("wrong_model_kind", f"{self.model_dir.name} {does[self.kind]}; this needs a model "
                                  f"that {does[kind]}", param="model")
 
-    def embed(self, inputs: str | Sequence[Any], *, normalize: bool = True, truncate: bool = False) -> EmbeddingResult:
+    def embed(self, inputs: str | Sequence[Any], *, normalize: bool = True, truncate: bool = False,
+              claim: ModelClaim | None = None) -> EmbeddingResult:
         """Embed a text, a list of token ids, or a list of either (a batch):
         one vector per input, in order, of unit length unless ``normalize``
         is False. Texts are wrapped as the model's template says (e.g. an
@@ -832,16 +687,22 @@ class Llm:
         longer than the context is ``context_length_exceeded``, or with
         ``truncate`` cut to fit (its end goes; a template's suffix stays). Runs one
         input at a time under the generation lock; ``cancel()`` stops it
-        between inputs (``generation_cancelled``)."""
-        self.require_kind("embedding")
-        items = embedding_inputs(inputs)
+        between inputs (``generation_cancelled``). With ``claim`` (taken
+        earlier with ``claim()``), that claim is used and given back."""
+        try:
+            self.require_kind("embedding")
+            items = embedding_inputs(inputs)
+        except BaseException:
+            if claim is not None:
+                claim.release()
+            raise
         vectors: list[list[float]] = []
         tokens = 0
-        with self._exclusive() as core:
+        with self._exclusive(claim) as core:
             for i, item in enumerate(items):
                 try:
                     ids = self._embedding_ids(core, item, truncate)
-                except _Cancelled:
+                except PromptCancelled:
                     ids = []
                 if core.cancel_requested():
                     raise MnnEngineError("generation_cancelled", f"cancelled after {i} of {len(items)} inputs")
@@ -856,7 +717,7 @@ class Llm:
         param = "input"
         limit = self._context_limit
         if isinstance(item, list):
-            ids = self._checked_ids(item, param)
+            ids = self.checked_ids(item, param)
             if truncate:
                 ids = ids[:limit]
         else:
@@ -888,7 +749,7 @@ class Llm:
         """Run MNN's own loop (``Llm::response``) over token ids, with the
         sampler MNN built at load; returns its timings. For benchmarks."""
         self.require_kind("chat")
-        ids = self._checked_ids(token_ids, "token_ids")
+        ids = self.checked_ids(token_ids, "token_ids")
         with self._exclusive() as core:
             return core.mnn_response(ids, int(max_new_tokens))
 
@@ -897,80 +758,8 @@ class Llm:
         return f"<mnn_engine.Llm {str(self.model_dir)!r} {state}>"
 
 
-@dataclass(frozen=True)
-class PreparedGeneration:
-    """A generation checked and claimed (``Llm.prepare``), not started yet:
-    ``run()`` it once (on any thread) or ``abandon()`` it; either returns the
-    claim on the model."""
-
-    llm: Llm
-    core: _mnn.LlmCore
-    prompt: Prompt
-    enable_thinking: bool | None
-    tools: Any
-    config: GenerationConfig
-    params: dict[str, Any]
-    seed: int
-    grammar: tuple[str, str] | None = None  # (llguidance grammar, the option it came from)
-
-    def run(self, callback: TokenCallback | None = None,
-            on_prompt: Callable[[str | None, int], Any] | None = None) -> GenerationResult:
-        """Generate; ``on_prompt(text, dropped)`` gets the rendered prompt first."""
-        return self.llm._run(self, callback, on_prompt)
-
-    def abandon(self) -> None:
-        """Give the claim back without generating."""
-        self.llm._abandon(self)
-
-
-class _Cancelled(Exception):
-    """Cancelled while the prompt was being tokenized."""
-
-
-def _cancelled_raw() -> dict[str, Any]:
-    """A native-loop result for a generation cancelled before its prefill."""
-    return {"text": "", "token_ids": [], "finish_reason": "cancelled", "error_message": "",
-            "prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "prefill_ms": 0.0,
-            "time_to_first_token_ms": 0.0, "decode_ms": 0.0, "decode_steps": 0, "decode_forward_ms": 0.0,
-            "total_ms": 0.0, "drafted_tokens": 0, "accepted_tokens": 0}
-
-
-def _is_chat(prompt: Any) -> bool:
-    return isinstance(prompt, Sequence) and not isinstance(prompt, (str, bytes, bytearray)) and \
-        bool(prompt) and all(isinstance(m, Mapping) for m in prompt)
-
-
 def _never() -> bool:
     return False
-
-
-def _result(raw: dict[str, Any], seed: int, dropped_messages: int = 0) -> GenerationResult:
-    logprobs = None
-    if "logprobs" in raw:
-        logprobs = tuple(
-            TokenLogprob(token, logprob, tuple((t, lp) for t, lp in top))
-            for token, logprob, top in raw["logprobs"]
-        )
-    return GenerationResult(
-        text=raw["text"],
-        token_ids=tuple(raw["token_ids"]),
-        finish_reason=raw["finish_reason"],
-        prompt_tokens=raw["prompt_tokens"],
-        completion_tokens=raw["completion_tokens"],
-        prefill_ms=raw["prefill_ms"],
-        decode_ms=raw["decode_ms"],
-        time_to_first_token_ms=raw["time_to_first_token_ms"],
-        total_ms=raw["total_ms"],
-        decode_steps=raw["decode_steps"],
-        seed=seed,
-        logprobs=logprobs,
-        error=raw["error_message"] or None,
-        decode_forward_ms=raw["decode_forward_ms"],
-        cached_tokens=raw["cached_tokens"],
-        dropped_messages=dropped_messages,
-        drafted_tokens=raw["drafted_tokens"],
-        accepted_tokens=raw["accepted_tokens"],
-    )
 
 
 def _embedding_rows(config_path: Path, config: Mapping[str, Any]) -> int:
@@ -993,24 +782,3 @@ def _sampler_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
     if config.get("sampler_type") == "greedy":
         out["temperature"] = 0.0
     return out
-
-
-def _message_pairs(messages: Sequence[Message]) -> list[tuple[str, str]]:
-    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
-        raise invalid("messages", "must be a non-empty list of {role, content} objects")
-    pairs = []
-    for i, message in enumerate(messages):
-        if not isinstance(message, Mapping):
-            raise invalid(f"messages[{i}]", "must be an object with role and content")
-        role, content = message.get("role"), message.get("content")
-        if not isinstance(role, str) or not role:
-            raise invalid(f"messages[{i}].role", "must be a non-empty string")
-        if content is None:
-            content = ""
-        if not isinstance(content, str):
-            raise invalid(f"messages[{i}].content", "must be a string")
-        for name, text in (("role", role), ("content", content)):
-            if not is_valid_unicode(text):
-                raise invalid(f"messages[{i}].{name}", "must be valid Unicode (no lone surrogates)")
-        pairs.append((role, content))
-    return pairs

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from .. import _mnn
 from ..errors import invalid
 
 MAX_STOP_STRINGS = 16
@@ -151,8 +152,9 @@ class GenerationConfig:
             if not self.logprobs:
                 raise invalid("top_logprobs", "needs logprobs=True")
 
-    def resolved(self, defaults: Mapping[str, Any], vocab_size: int) -> dict[str, Any]:
-        """The sampler settings for the native loop, with model defaults filled in."""
+    def resolved(self, defaults: Mapping[str, Any], vocab_size: int) -> _mnn.GenerationSettings:
+        """The native loop's settings, with the sampler's filled in (model
+        defaults for options left unset); the prepared generation sets the rest."""
         for token in self.logit_bias:
             if int(token) >= vocab_size:
                 raise invalid("logit_bias", f"token {token} is outside the vocabulary (size {vocab_size})")
@@ -164,17 +166,17 @@ class GenerationConfig:
             value = defaults.get(name)
             return fallback if value is None else value
 
-        return {
-            "temperature": float(pick("temperature", 1.0)),
-            "top_k": int(pick("top_k", 0)),
-            "top_p": float(pick("top_p", 1.0)),
-            "min_p": float(pick("min_p", 0.0)),
-            "repetition_penalty": float(pick("repetition_penalty", 1.0)),
-            "presence_penalty": float(pick("presence_penalty", 0.0)),
-            "frequency_penalty": float(pick("frequency_penalty", 0.0)),
-            "top_logprobs": (self.top_logprobs or 0) if self.logprobs else -1,
-            "logit_bias": {int(t): float(b) for t, b in self.logit_bias.items()},
-        }
+        return _mnn.GenerationSettings(
+            temperature=float(pick("temperature", 1.0)),
+            top_k=int(pick("top_k", 0)),
+            top_p=float(pick("top_p", 1.0)),
+            min_p=float(pick("min_p", 0.0)),
+            repetition_penalty=float(pick("repetition_penalty", 1.0)),
+            presence_penalty=float(pick("presence_penalty", 0.0)),
+            frequency_penalty=float(pick("frequency_penalty", 0.0)),
+            top_logprobs=(self.top_logprobs or 0) if self.logprobs else -1,
+            logit_bias={int(t): float(b) for t, b in self.logit_bias.items()},
+        )
 
     def effective_seed(self) -> int:
         """The seed to use: the given one (as unsigned 64-bit) or a fresh random one."""

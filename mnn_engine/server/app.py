@@ -35,7 +35,7 @@ from ..api.openai_chat import (
 )
 from ..errors import ERROR_CODES, MnnEngineError
 from ..runtime.embedding import EmbeddingResult
-from ..runtime.llm import GenerationResult
+from ..runtime.generation import GenerationResult
 from ..workers import DaemonPool
 from .openapi import openapi_spec
 from .session import GenerationSession
@@ -266,14 +266,17 @@ class BodyHandler(JsonHandler):
     (``parse_body``), and the generation it may start: cancelled when the
     client goes away or the server stops."""
 
+    # Class defaults, not set in prepare(): a request refused before them (401,
+    # 403) still gets on_connection_close and on_finish, which read them.
+    #: the running generation's future (engine.submit), set by the route's GenerationSession
+    generation: Any = None
+    #: the client went away
+    closed = False
+    _too_large = False
+
     def prepare(self) -> None:
-        super().prepare()
         self._body = bytearray()
-        self._too_large = False
-        #: the running generation's future (engine.submit), set by the route's GenerationSession
-        self.generation: Any = None
-        #: the client went away
-        self.closed = False
+        super().prepare()
         length = self.request.headers.get("Content-Length")
         if length is not None and length.isdigit() and int(length) > self.ctx.settings.max_body_bytes:
             raise self._too_large_error()

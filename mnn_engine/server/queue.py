@@ -1,8 +1,12 @@
-"""The optional request queue (``serve --queue N``): up to N requests wait,
-first come first served, for the generation before them to end, each at
-most ``--queue-timeout`` seconds. Without it (the default) a second request
-gets 429 at once. Runs on the server's event loop; the engine's events,
-from the generation thread, wake the next in line."""
+"""The request queue (``serve --queue N``, 16 by default): up to N requests
+wait, first come first served, for the generation before them to end, each
+at most ``--queue-timeout`` seconds. With ``--queue 0`` a request that finds
+the model busy gets 429 at once, except when the running generation was
+cancelled (its client left): that one ends before its next token, so the
+request waits for it instead. The queue only orders the waiting; the rule
+itself ("one generation at a time") is the model's claim (``Llm.claim``).
+Runs on the server's event loop; the engine's events, from the generation
+thread, wake the next in line."""
 
 from __future__ import annotations
 
@@ -67,9 +71,9 @@ class GenerationQueue:
             raise MnnEngineError("server_stopping", "the server is stopping; no new requests")
         if not self.waiters and self.holder is None and not self.engine.generating:
             return
-        if self.limit == 0:
-            return  # no queue: the engine answers busy
-        if len(self.waiters) >= self.limit:
+        if self.limit == 0 and not self.engine.generation_cancelled:
+            return  # no queue: the model's claim answers busy
+        if self.limit and len(self.waiters) >= self.limit:
             raise MnnEngineError("busy", f"the model is busy and {self.limit} requests are already waiting")
         waiter: asyncio.Future[None] = self.loop.create_future()
         self.waiters.append(waiter)

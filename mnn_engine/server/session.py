@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from ..api.openai_chat import Delta, OutputParser, prompt_opens_thinking
 from ..errors import MnnEngineError
-from ..runtime.llm import GenerationResult
+from ..runtime.generation import GenerationResult
 from ..runtime.streaming import astream_pieces
 
 

@@ -15,6 +15,9 @@ from ..errors import MnnEngineError
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8081
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+#: requests that may wait for the model, first come first served (Ollama queues 512 by
+#: default; a phone serves a handful of clients, so fewer); 0: 429 when busy
+DEFAULT_QUEUE = 16
 #: seconds a queued request waits for the model before it is answered 429
 DEFAULT_QUEUE_TIMEOUT = 60.0
 
@@ -51,7 +54,7 @@ class ServerSettings:
     #: a log line per request
     access_log: bool = False
     #: requests that may wait for the model (0: a second one gets 429 at once)
-    queue: int = 0
+    queue: int = DEFAULT_QUEUE
     queue_timeout: float = DEFAULT_QUEUE_TIMEOUT
     #: manifest URLs /api/pull may fetch beyond the hubs and public https hosts (shell patterns)
     allow_pull_urls: tuple[str, ...] = ()

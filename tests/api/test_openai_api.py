@@ -108,7 +108,7 @@ def test_roles_and_content_parts():
             {"id": "call_1", "type": "function", "function": {"name": "get_time", "arguments": "{\"tz\": \"UTC\"}"}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "12:00"},
     ]})
-    assert request.messages == [
+    assert list(request.messages) == [
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": "ab"},
         {"role": "assistant", "content": '<tool_call>{"name": "get_time", "arguments": {"tz": "UTC"}}</tool_call>'},

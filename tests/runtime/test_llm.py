@@ -85,14 +85,28 @@ def test_result_stats(scripted, chat):
 
 
 # ---------------------------------------------------------------- determinism and seeds
-def test_a_generation_cancelled_before_its_prefill_reports_what_the_loop_reports(scripted, chat):
-    from mnn_engine import GenerationConfig
-    from mnn_engine.runtime.llm import _cancelled_raw
+def test_a_generation_cancelled_before_its_prefill_is_the_loops_empty_outcome(scripted, chat):
+    from mnn_engine import GenerationConfig, _mnn
+    from mnn_engine.runtime.generation import GenerationResult
 
-    params = GenerationConfig(temperature=0).resolved(scripted.sampling_defaults, scripted.vocab_size)
-    with scripted._exclusive() as core:
-        native = core.generate(scripted.prompt_ids(chat), params, max_tokens=2)
-    assert set(_cancelled_raw()) == set(native) - {"logprobs"}
+    settings = GenerationConfig(temperature=0).resolved(scripted.sampling_defaults, scripted.vocab_size)
+    settings.max_tokens = 2
+    with scripted.claim() as claim:
+        native = claim.core.generate(scripted.prompt_ids(chat), settings)
+    assert isinstance(native, _mnn.GenerationOutcome) and native.completion_tokens == 2
+    cancelled = GenerationResult.from_outcome(_mnn.GenerationOutcome(), seed=7)
+    assert cancelled.finish_reason == "cancelled" and cancelled.text == "" and cancelled.token_ids == ()
+    assert cancelled.logprobs is None and cancelled.usage["total_tokens"] == 0 and cancelled.error is None
+
+
+def test_native_settings_refuse_an_unknown_name_where_it_is_set(scripted):
+    from mnn_engine import GenerationConfig
+
+    settings = GenerationConfig(temperature=0.5, stop=["END"]).resolved({}, scripted.vocab_size)
+    settings.stop = ("END", "ÉTÉ")
+    assert settings.stop == ("END", "ÉTÉ") and settings.temperature == 0.5
+    with pytest.raises(AttributeError):
+        settings.max_token = 3  # a typo: refused here, not a KeyError on the generation thread
 
 
 def test_greedy_is_deterministic(tiny, chat):

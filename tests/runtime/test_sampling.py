@@ -13,13 +13,13 @@ from mnn_engine import ERROR_CODES, GenerationConfig, MnnEngineError
 
 def test_defaults_come_from_the_model():
     params = GenerationConfig().resolved({"temperature": 0.7, "top_k": 40, "top_p": 0.9}, vocab_size=100)
-    assert params["temperature"] == 0.7 and params["top_k"] == 40 and params["top_p"] == 0.9
-    assert params["min_p"] == 0.0 and params["top_logprobs"] == -1 and params["logit_bias"] == {}
+    assert params.temperature == 0.7 and params.top_k == 40 and params.top_p == 0.9
+    assert params.min_p == 0.0 and params.top_logprobs == -1 and params.logit_bias == {}
 
 
 def test_request_values_override_the_model():
     params = GenerationConfig(temperature=0.0, top_p=0.5).resolved({"temperature": 0.7}, vocab_size=100)
-    assert params["temperature"] == 0.0 and params["top_p"] == 0.5
+    assert params.temperature == 0.0 and params.top_p == 0.5
 
 
 def test_openai_forms_are_accepted():
@@ -55,8 +55,8 @@ def test_validation_never_crashes(options):
         assert exc.param in options
         return
     params = config.resolved({}, vocab_size=1000)
-    assert math.isfinite(params["temperature"]) and params["temperature"] >= 0
-    assert 0 < params["top_p"] <= 1
+    assert math.isfinite(params.temperature) and params.temperature >= 0
+    assert 0 < params.top_p <= 1
 
 
 def test_error_codes_are_a_stable_table():

@@ -105,7 +105,7 @@ def test_a_long_wait_is_429_and_counted(tmp_path):
 
 
 def test_without_a_queue_busy_is_at_once(tmp_path):
-    live = Live(tmp_path, "tiny")
+    live = Live(tmp_path, "tiny", queue=0)
     try:
         holder = Holder(live)
         assert live.request("POST", "/v1/chat/completions", json.dumps(SHORT))[0] == 429
@@ -121,3 +121,44 @@ def test_queue_options_are_checked(tmp_path, options, param):
     with pytest.raises(MnnEngineError) as err:
         Live(tmp_path, "tiny", **options)
     assert err.value.param == param
+
+
+def test_the_queue_is_on_by_default_so_concurrent_callers_all_get_answers(tmp_path):
+    # langchain's batch() and litellm's batch_completion send their prompts at
+    # once, from a thread pool, each expecting an answer: what OpenAI-compatible
+    # clients expect of a local server (Ollama queues 512 by default).
+    from concurrent.futures import ThreadPoolExecutor
+
+    live = Live(tmp_path, "tiny")
+    try:
+        assert json.loads(live.request("GET", "/health")[2])["queue"] == {"limit": 16, "waiting": 0,
+                                                                          "timeout_s": 60.0}
+
+        def ask(i: int) -> str:
+            reply = live.client.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": f"prompt {i}"}], max_tokens=8, temperature=0)
+            return reply.choices[0].finish_reason
+
+        with ThreadPoolExecutor(4) as pool:
+            assert list(pool.map(ask, range(4))) == ["length"] * 4
+    finally:
+        live.close()
+
+
+@pytest.mark.parametrize("queue", [0, None])
+def test_cancel_a_stream_then_send_at_once_is_never_429(tmp_path, queue):
+    # The SDK with max_retries=0: the disconnect cancels the generation, which
+    # still counts as running until its next token; the next request waits for
+    # that end instead of getting 429, with the queue on or off.
+    live = Live(tmp_path, "tiny", **({} if queue is None else {"queue": queue}))
+    try:
+        for _ in range(50):
+            stream = live.client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                                         max_tokens=2000, stream=True)
+            next(iter(stream))
+            stream.close()
+            reply = live.client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                                        max_tokens=2)
+            assert reply.choices[0].finish_reason == "length"
+    finally:
+        live.close()

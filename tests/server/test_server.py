@@ -21,7 +21,8 @@ from mnn_engine.server import runner
 
 CHAT = [{"role": "user", "content": "hi"}]
 scripted_server = server_fixture("tiny-scripted")
-tiny_server = server_fixture("tiny")
+# queue=0: "429 when busy" is tested here; the default queue in test_queue.py
+tiny_server = server_fixture("tiny", queue=0)
 toolcall_server = server_fixture("tiny-toolcall")
 thinking_server = server_fixture("tiny-thinking")
 auth_server = server_fixture("tiny-scripted", api_key=KEY, max_body_bytes=64 * 1024)

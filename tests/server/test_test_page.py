@@ -227,7 +227,7 @@ def test_errors_401_429_503_are_shown(browser, tmp_path):
         holder.conn.close()
     finally:
         live.close()
-    live = Live(tmp_path / "c", "tiny")
+    live = Live(tmp_path / "c", "tiny", queue=0)
     try:
         _open(browser, live)
         holder = Holder(live)

@@ -1,0 +1,357 @@
+# LlmCore: one MNN Llm instance and the calls the Python layer makes on it.
+# Included by src/_mnn.pyx: one extension, a file per concept.
+
+cdef class LlmCore:
+    """One MNN `Llm` instance. Created from a config.json path; `load()` reads
+    the weights. Thread-safety: the Python layer serialises generations;
+    `cancel()` may be called from any thread at any time."""
+
+    cdef Llm* _llm
+    cdef cbool _loaded
+    cdef atomic[int] _cancel
+    # text of tokens MNN's tokenizer decodes to nothing (e.g. <think>)
+    cdef unordered_map[int, string] _token_text
+    cdef int _fail_after  # test hook: fail the next generation after N tokens
+    # the token ids in MNN's KV cache, in order (prompt cache); empty when unknown
+    cdef vector[int] _held
+    # speculative decoding: cost of a decode forward over L tokens relative to
+    # one token, for L = 1..len-1 (index 0 unused); empty: not prepared
+    cdef vector[double] _verify_cost
+    cdef readonly str config_path
+    #: a text-embedding model (MNN's Embedding): embed() instead of generate()
+    cdef readonly cbool embedding
+
+    def __cinit__(self, str config_path, bint embedding=False):
+        self.config_path = config_path
+        self.embedding = embedding
+        cdef string path = config_path.encode("utf-8")
+        with nogil:
+            self._llm = create_embedding_model(path) if embedding else Llm.createLLM(path)
+        self._loaded = False
+        self._cancel.store(0)
+        self._fail_after = -1
+
+    def __dealloc__(self):
+        self._destroy()
+
+    cdef void _destroy(self) noexcept:
+        cdef Llm* llm = self._llm
+        self._llm = NULL
+        self._loaded = False
+        if llm != NULL:
+            with nogil:
+                Llm.destroy(llm)
+
+    cdef Llm* _require(self, cbool loaded=True) except NULL:
+        if self._llm == NULL:
+            raise RuntimeError("the model is closed")
+        if loaded and not self._loaded:
+            raise RuntimeError("the model is not loaded")
+        return self._llm
+
+    @property
+    def is_open(self) -> bool:
+        return self._llm != NULL
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._llm != NULL and self._loaded
+
+    def set_config(self, str config_json) -> bool:
+        """Merge a JSON object into MNN's config (before load for most keys)."""
+        cdef Llm* llm = self._require(False)
+        cdef string s = config_json.encode("utf-8")
+        cdef cbool ok
+        with nogil:
+            ok = llm.set_config(s)
+        return ok
+
+    def dump_config(self) -> str:
+        cdef Llm* llm = self._require(False)
+        cdef string s
+        with nogil:
+            s = llm.dump_config()
+        return s.decode("utf-8", "replace")
+
+    def load(self) -> bool:
+        cdef Llm* llm = self._require(False)
+        cdef cbool ok
+        with nogil:
+            ok = llm.load()
+        self._loaded = ok
+        return ok
+
+    def close(self) -> None:
+        """Free the model; idempotent."""
+        self._destroy()
+
+    def tokenize(self, str text) -> list:
+        cdef Llm* llm = self._require()
+        cdef string s = text.encode("utf-8", "surrogatepass")
+        cdef vector[int] ids
+        with nogil:
+            ids = llm.tokenizer_encode(s)
+        return list(ids)
+
+    def set_token_text(self, int token, bytes text) -> None:
+        """Text to emit for a token that MNN's tokenizer decodes to nothing."""
+        self._token_text[token] = text
+
+    def token_bytes(self, int token) -> bytes:
+        cdef Llm* llm = self._require()
+        cdef string s
+        with nogil:
+            s = decode_token(llm, &self._token_text, token)
+        return PyBytes_FromStringAndSize(s.data(), s.size())
+
+    def max_token_bytes(self, int vocab) -> int:
+        """Length in bytes of the longest token among ids 0..vocab-1."""
+        cdef Llm* llm = self._require()
+        cdef size_t longest = 0
+        cdef size_t length
+        cdef int token
+        with nogil:
+            for token in range(vocab):
+                length = decode_token(llm, &self._token_text, token).size()
+                if length > longest:
+                    longest = length
+        return longest
+
+    def detokenize(self, ids) -> bytes:
+        cdef Llm* llm = self._require()
+        cdef vector[int] v = ids
+        cdef string out
+        cdef size_t i
+        with nogil:
+            for i in range(v.size()):
+                out.append(decode_token(llm, &self._token_text, v[i]))
+        return PyBytes_FromStringAndSize(out.data(), out.size())
+
+    def is_stop(self, int token) -> bool:
+        return self._require().is_stop(token)
+
+    def apply_chat_template(self, messages) -> str:
+        """Render (role, content) pairs with the model's template, adding the
+        assistant generation prompt."""
+        cdef Llm* llm = self._require()
+        cdef vector[pair[string, string]] v
+        for role, content in messages:
+            v.push_back(pair[string, string](role.encode("utf-8"), content.encode("utf-8")))
+        cdef string out
+        with nogil:
+            out = llm.apply_chat_template(v)
+        return out.decode("utf-8", "replace")
+
+    def context_stats(self) -> dict:
+        cdef LlmContext* c = llm_context(self._require())
+        return {"prompt_len": c.prompt_len, "gen_seq_len": c.gen_seq_len,
+                "all_seq_len": c.all_seq_len, "load_us": c.load_us,
+                "prefill_us": c.prefill_us, "decode_us": c.decode_us, "sample_us": c.sample_us}
+
+    def cancel(self) -> None:
+        """Ask the running generation to stop before its next token."""
+        self._cancel.store(1)
+
+    def clear_cancel(self) -> None:
+        self._cancel.store(0)
+
+    def cancel_requested(self) -> bool:
+        return self._cancel.load() != 0
+
+    def inject_failure(self, int after_tokens) -> None:
+        """Test hook: make the next generation fail after this many tokens,
+        the way an engine failure inside the loop does."""
+        self._fail_after = after_tokens
+
+    def vocab_size(self) -> int:
+        """Size of the logits vector, found by one short forward (also a warm-up)."""
+        cdef Llm* llm = self._require()
+        cdef vector[int] ids = self.tokenize("Hi")
+        cdef VARP logits
+        cdef int n = 0
+        self._held.clear()
+        with nogil:
+            llm.reset()
+            llm.generate_init(NULL, NULL)
+            logits = llm.forward(ids, True)
+            read_logits(logits, &n)
+            varp_reset(logits)
+            llm.reset()
+        return n
+
+    def embed(self, token_ids) -> bytes:
+        """The sentence embedding of one input's token ids, as float32 bytes
+        (one forward over all of them, from an empty KV cache); b"" when MNN
+        returns nothing."""
+        cdef Llm* llm = self._require()
+        if not self.embedding:
+            raise RuntimeError("not an embedding model")
+        cdef vector[int] ids = token_ids
+        cdef vector[float] out
+        cdef cbool ok
+        with nogil:
+            ok = embed_ids(llm, ids, &out)
+        if not ok:
+            return b""
+        return PyBytes_FromStringAndSize(<const char*>out.data(), out.size() * sizeof(float))
+
+    @property
+    def held_tokens(self) -> int:
+        """How many token ids the KV cache holds for the prompt cache."""
+        return self._held.size()
+
+    def forget(self) -> None:
+        """Drop the prompt cache: the next generation prefills everything."""
+        self._held.clear()
+
+    def generate(self, prompt_ids, GenerationSettings settings not None, callback=None,
+                 constraint=None) -> GenerationOutcome:
+        """Run one generation over prompt token ids. See mnn_engine.Llm.generate.
+        With ``settings.reuse``, the longest prefix of the prompt that the KV
+        cache already holds is kept and only the rest is prefilled. With
+        ``settings.draft_tokens`` > 0 (at most ``max_draft``), decoding is
+        speculative: prompt-lookup drafts are verified in one forward and the
+        sampler's own draws decide what is kept, so the output is the
+        sampler's, token by token."""
+        cdef Llm* llm = self._require()
+        cdef vector[int] prompt = prompt_ids
+        cdef size_t keep = 0
+        if settings.reuse:
+            keep = kept_prefix(common_prefix(self._held, prompt), prompt.size())
+            if keep > 0 and llm.getCurrentHistory() < self._held.size():
+                keep = 0  # not what MNN holds: never trust it
+        self._held.clear()
+        cdef _Sampler sampler = _Sampler()
+        sampler.p = settings.sampler
+        sampler.bias = settings.bias
+        sampler.rng = settings.seed
+        sampler.masked = constraint is not None
+        cdef _Loop loop = _Loop()
+        loop.llm = llm
+        loop.sampler = sampler
+        loop.stops = settings.stops
+        loop.callback = callback
+        loop.has_callback = callback is not None
+        loop.max_tokens = settings.max_tokens
+        loop.context_limit = settings.context_limit
+        loop.ignore_eos = settings.ignore_eos
+        loop.cancel_flag = &self._cancel
+        loop.token_text = &self._token_text
+        loop.fail_after = self._fail_after
+        loop.constraint = constraint
+        loop.has_constraint = constraint is not None
+        loop.spec_max = min(settings.draft_tokens, self.max_draft)
+        loop.verify_cost = &self._verify_cost
+        loop.verify_serially = settings.verify_serially
+        self._fail_after = -1
+        with nogil:
+            loop.run(prompt, keep)
+        if loop.finish != F_ERROR:
+            # Only the prompt: the generated tokens in the KV cache were
+            # computed by the decode kernels, and a fresh run would prefill
+            # them (as part of the next turn's prompt); reusing them would
+            # change the outputs. They are erased on reuse.
+            self._held = prompt
+        if loop.error is not None:
+            raise loop.error
+        if loop.callback_error is not None:
+            raise loop.callback_error
+        return loop.outcome()
+
+    def score(self, prompt_ids, target_ids) -> list:
+        """Log-probability of each target token after the prompt and the
+        targets before it (teacher forcing: one forward per target token).
+        An empty list when cancelled; None when MNN returns no logits."""
+        cdef Llm* llm = self._require()
+        cdef vector[int] prompt = prompt_ids
+        cdef vector[int] targets = target_ids
+        cdef vector[double] out
+        cdef cbool failed = False
+        self._held.clear()
+        with nogil:
+            failed = not score_targets(llm, prompt, targets, &self._cancel, &out)
+        if failed:
+            return None
+        return list(out)
+
+    def forward_costs(self, prompt_ids, lengths, int repeats=3) -> list:
+        """Milliseconds of a decode-time forward over L tokens (all logits
+        returned for L > 1) after the prompt, for each L in ``lengths``: the
+        fastest of ``repeats`` (noise only adds time; the first forward of a
+        new length also builds MNN's module for it). What a speculative
+        verification costs against a single-token step."""
+        cdef Llm* llm = self._require()
+        cdef vector[int] prompt = prompt_ids
+        cdef vector[int] lens = lengths
+        cdef vector[int] ids
+        cdef VARP logits_var
+        cdef size_t base = 0
+        cdef int64_t took = 0
+        cdef int i, r
+        cdef int vocab = 0
+        cdef int rows = 0
+        if prompt.size() == 0:
+            raise ValueError("forward_costs needs a prompt")
+        self._held.clear()
+        with nogil:
+            logits_var = prefill(llm, prompt, 0, &self._cancel)
+            base = llm.getCurrentHistory()
+        out = []
+        for i in range(<int>lens.size()):
+            times = []
+            for r in range(repeats):
+                with nogil:
+                    ids.assign(lens[i], prompt[prompt.size() - 1])
+                    set_all_logits(llm, lens[i] > 1)
+                    took = monotonic_ns()
+                    varp_reset(logits_var)
+                    logits_var = llm.forward(ids, False)
+                    read_all_logits(logits_var, &vocab, &rows)
+                    took = monotonic_ns() - took
+                    set_all_logits(llm, False)
+                    llm.eraseHistory(base, 0)
+                if rows != lens[i]:
+                    with nogil:
+                        varp_reset(logits_var)
+                        llm.reset()
+                    raise RuntimeError(f"MNN returned {rows} rows of logits for {lens[i]} tokens")
+                times.append(ns_to_ms(took))
+            out.append(min(times))
+        with nogil:
+            varp_reset(logits_var)
+            llm.reset()
+        return out
+
+    def set_verify_costs(self, costs) -> None:
+        """Costs of verifying forwards over 1, 2, ... tokens relative to one
+        token (``costs[0]`` is 1.0): what speculative decoding weighs drafts
+        against; its longest draft is ``len(costs) - 1``. Empty: no drafting."""
+        self._verify_cost.clear()
+        if costs:
+            self._verify_cost.push_back(0.0)
+            for c in costs:
+                self._verify_cost.push_back(c)
+
+    @property
+    def max_draft(self) -> int:
+        """Longest draft the prepared verification costs allow (0: not prepared)."""
+        return max(<int>self._verify_cost.size() - 2, 0)
+
+    def mnn_response(self, prompt_ids, int max_new_tokens) -> dict:
+        """MNN's own generation loop (`Llm::response`) over the same ids: the
+        benchmark baseline. Uses the sampler MNN built at load time."""
+        cdef Llm* llm = self._require()
+        cdef vector[int] ids = prompt_ids
+        cdef TimingStreamBuf buf
+        cdef int64_t start, end
+        self._held.clear()
+        with nogil:
+            llm.reset()
+            start = monotonic_ns()
+            run_mnn_response(llm, ids, &buf, max_new_tokens)
+            end = monotonic_ns()
+        cdef LlmContext* c = llm_context(llm)
+        return {"start_ns": start, "end_ns": end, "first_token_ns": buf.first_ns,
+                "last_token_ns": buf.last_ns, "tokens": buf.flushes,
+                "prompt_len": c.prompt_len, "gen_seq_len": c.gen_seq_len,
+                "prefill_us": c.prefill_us, "decode_us": c.decode_us, "sample_us": c.sample_us}

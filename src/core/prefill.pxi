@@ -1,0 +1,120 @@
+# Prefill and the prompt cache: chunk-aligned prefills, kept prefixes, scoring.
+# Included by src/_mnn.pyx: one extension, a file per concept.
+
+# Prompts are prefilled in chunks whose boundaries sit at multiples of
+# PREFILL_CHUNK positions. A prefill over a kept KV cache then computes
+# exactly the chunks a fresh prefill computes (MNN's kernels round
+# differently for different batch shapes, so an unaligned split would not be
+# bit-identical); the prompt cache keeps whole chunks only. 0: one batch.
+cdef size_t PREFILL_CHUNK = 64
+
+
+def set_prefill_chunk(size_t tokens) -> None:
+    """Chunk size of prompt prefills (0: the whole prompt in one batch). For
+    measurements; the prompt cache is exact only with a fixed, non-zero size."""
+    global PREFILL_CHUNK
+    PREFILL_CHUNK = tokens
+
+
+def prefill_chunk() -> int:
+    return PREFILL_CHUNK
+
+
+cdef size_t kept_prefix(size_t common, size_t prompt_size) noexcept nogil:
+    """How much of a cached prefix to keep: whole chunks, and at least one
+    token of the prompt left to prefill (its logits start the answer)."""
+    if prompt_size == 0:
+        return 0
+    if common > prompt_size - 1:
+        common = prompt_size - 1
+    if PREFILL_CHUNK == 0:  # one batch: nothing lines up, keep what matches but two tokens
+        return common - 1 if common + MIN_PREFILL > prompt_size and common > 0 else common
+    return (common // PREFILL_CHUNK) * PREFILL_CHUNK
+
+
+cdef VARP prefill(Llm* llm, const vector[int]& prompt, size_t keep, atomic[int]* cancel) noexcept nogil:
+    """Prefill prompt[keep:] over a KV cache holding prompt[:keep] (keep 0:
+    from scratch), chunk by chunk; the logits of the last token, or an empty
+    VARP when cancelled between chunks."""
+    cdef VARP logits_var
+    cdef vector[int] chunk
+    cdef size_t start = keep
+    cdef size_t end
+    if keep > 0:
+        if llm.getCurrentHistory() > keep:
+            llm.eraseHistory(keep, 0)
+    else:
+        llm.reset()
+    while start < prompt.size():
+        end = prompt.size()
+        if PREFILL_CHUNK > 0 and end - start > PREFILL_CHUNK - start % PREFILL_CHUNK:
+            end = start - start % PREFILL_CHUNK + PREFILL_CHUNK
+        chunk.assign(prompt.begin() + start, prompt.begin() + end)
+        varp_reset(logits_var)
+        llm.generate_init(NULL, NULL)  # each chunk is a prefill (a forward counts as a generated step)
+        logits_var = llm.forward(chunk, True)
+        start = end
+        if start < prompt.size() and cancel[0].load() != 0:
+            varp_reset(logits_var)
+            break
+    return logits_var
+
+
+cdef cbool score_targets(Llm* llm, const vector[int]& prompt, const vector[int]& targets,
+                         atomic[int]* cancel, vector[double]* out) noexcept nogil:
+    """Fill ``out`` with log p(target i | prompt, targets before i). False when
+    MNN returns no logits; stops early (``out`` cleared) when cancelled."""
+    cdef VARP logits_var
+    cdef const float* logits
+    cdef int vocab = 0
+    cdef int i, token
+    cdef vector[int] one = vector[int](1)
+    logits_var = prefill(llm, prompt, 0, cancel)
+    if cancel[0].load() != 0:
+        varp_reset(logits_var)
+        llm.reset()
+        out.clear()
+        return True
+    for i in range(<int>targets.size()):
+        if cancel[0].load() != 0:
+            out.clear()
+            break
+        logits = read_logits(logits_var, &vocab)
+        token = targets[i]
+        if logits == NULL or not 0 <= token < vocab:
+            varp_reset(logits_var)
+            llm.reset()
+            return False
+        out.push_back(logits[token] - log_sum_exp(logits, vocab))
+        if i + 1 < <int>targets.size():
+            varp_reset(logits_var)
+            one[0] = token
+            logits_var = llm.forward(one, False)
+    varp_reset(logits_var)
+    llm.reset()
+    return True
+
+
+cdef string decode_token(Llm* llm, unordered_map[int, string]* overrides, int token) noexcept nogil:
+    cdef string piece = llm.tokenizer_decode(token)
+    cdef unordered_map[int, string].iterator found
+    if piece.empty() and not overrides.empty():
+        found = overrides.find(token)
+        if found != overrides.end():
+            return deref(found).second
+    return piece
+
+
+cdef size_t MIN_PREFILL = 2
+
+
+cdef size_t common_prefix(const vector[int]& a, const vector[int]& b) noexcept nogil:
+    cdef size_t n = min(a.size(), b.size())
+    cdef size_t i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+cdef inline double ns_to_ms(int64_t ns) noexcept nogil:
+    return ns / 1e6
