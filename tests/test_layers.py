@@ -13,7 +13,7 @@ PACKAGE = REPO / "mnn_engine"
 #: lowest first; a module may import its own layer and the ones before it
 LAYERS = [
     ("base", ["mnn_engine.errors", "mnn_engine.version", "mnn_engine.jsonutil", "mnn_engine.config",
-              "mnn_engine.workers", "mnn_engine.scratch", "mnn_engine._missing_core"]),
+              "mnn_engine.workers", "mnn_engine.scratch", "mnn_engine.net", "mnn_engine._missing_core"]),
     ("runtime", ["mnn_engine.runtime"]),
     ("hub", ["mnn_engine.hub"]),
     ("store", ["mnn_engine.store"]),

@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import config, jsonutil
 from ..errors import MnnEngineError
+from ..net import is_loopback_host
 from ..version import __version__
 
 TIMEOUT_S = 30.0
@@ -82,14 +83,7 @@ def _token_header(source: str) -> dict[str, str]:
 def _loopback_http(url: str) -> bool:
     """An http:// URL on this machine's loopback (the tests' fake hubs)."""
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
-        return False
-    if parts.hostname == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(parts.hostname).is_loopback
-    except ValueError:
-        return False
+    return parts.scheme == "http" and bool(parts.hostname) and is_loopback_host(f"[{parts.hostname}]")
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,13 @@ from ..api.openai_chat import (
     parse_chat_request,
 )
 from ..errors import ERROR_CODES, MnnEngineError
+from ..net import is_loopback_host
 from ..runtime.embedding import EmbeddingResult
 from ..runtime.generation import GenerationResult
 from ..workers import DaemonPool
 from .openapi import openapi_spec
 from .session import GenerationSession
-from .settings import ServerSettings, is_loopback_host
+from .settings import ServerSettings
 
 if TYPE_CHECKING:
     from ..engine.protocol import ServedEngine

@@ -5,12 +5,12 @@ and the runner pass around."""
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import MnnEngineError
+from ..net import is_loopback_host
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8081
@@ -20,22 +20,6 @@ DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_QUEUE = 16
 #: seconds a queued request waits for the model before it is answered 429
 DEFAULT_QUEUE_TIMEOUT = 60.0
-
-
-def is_loopback_host(host: str) -> bool:
-    """Whether a host (an address to bind, or a Host header with or without
-    port) names this machine's loopback."""
-    name = host.strip().lower()
-    if name.startswith("["):
-        name = name[1:].partition("]")[0]
-    elif name.count(":") == 1:
-        name = name.partition(":")[0]
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)
