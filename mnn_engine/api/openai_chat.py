@@ -503,7 +503,9 @@ def message_from(deltas: list[Delta]) -> dict[str, Any]:
     content = "".join(d.text for d in deltas if d.kind == "content")
     reasoning = "".join(d.text for d in deltas if d.kind == "reasoning")
     calls = [{k: v for k, v in d.tool_call.items() if k != "index"} for d in deltas if d.kind == "tool_call"]
-    message: dict[str, Any] = {"role": "assistant", "content": content if content or not calls else None}
+    # refusal: required by OpenAI's schema (ChatCompletionResponseMessage); a local model never refuses by flag
+    message: dict[str, Any] = {"role": "assistant", "content": content if content or not calls else None,
+                               "refusal": None}
     if reasoning:
         message["reasoning_content"] = reasoning
     if calls:
@@ -530,7 +532,7 @@ def logprobs_object(entries: tuple[TokenLogprob, ...] | None, token_bytes) -> di
 
     return {"content": [
         {**item(e.token_id, e.logprob), "top_logprobs": [item(t, lp) for t, lp in e.top]} for e in entries
-    ]}
+    ], "refusal": None}  # required beside content by OpenAI's schema
 
 
 def finite_logprob(value: float) -> float:

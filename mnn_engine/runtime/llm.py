@@ -61,6 +61,11 @@ DEFAULT_DRAFT_TOKENS = 7
 _COST_PROBE_TEXT = "The quick brown fox jumps over the lazy dog, and then it runs home."
 # MNN config keys that MNN reads as C ints
 _INT_CONFIG_KEYS = frozenset({"max_all_tokens", "max_new_tokens", "thread_num", "prefill_chunk_size"})
+# Token arrays sent to embed are this model's ids; the usual client that sends others is langchain's
+# OpenAIEmbeddings, which tokenizes with tiktoken by default (its ids mean nothing to another model).
+_FOREIGN_IDS_HINT = ("; token arrays are read as this model's own token ids, so they were probably made by "
+                     "another tokenizer (langchain's OpenAIEmbeddings sends tiktoken's by default: pass "
+                     "check_embedding_ctx_length=False to send text)")
 # Markup tokens that reasoning and tool-call parsing rely on. MNN's tokenizer
 # decodes added tokens to nothing, so their text is restored after load.
 MARKUP_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
@@ -474,9 +479,9 @@ class Llm:
             raise PromptCancelled
         return ids
 
-    def checked_ids(self, token_ids: Sequence[int], param: str) -> list[int]:
+    def checked_ids(self, token_ids: Sequence[int], param: str, hint: str = "") -> list[int]:
         """Token ids as a list, each an integer inside this model's vocabulary."""
-        return checked_ids(token_ids, self._vocab_size, param)
+        return checked_ids(token_ids, self._vocab_size, param, hint)
 
     # ------------------------------------------------------------------ generation
     def generate(
@@ -717,7 +722,7 @@ class Llm:
         param = "input"
         limit = self._context_limit
         if isinstance(item, list):
-            ids = self.checked_ids(item, param)
+            ids = self.checked_ids(item, param, _FOREIGN_IDS_HINT)
             if truncate:
                 ids = ids[:limit]
         else:

@@ -75,14 +75,15 @@ def is_chat(prompt: Any) -> bool:
         bool(prompt) and all(isinstance(m, Mapping) for m in prompt)
 
 
-def checked_ids(token_ids: Sequence[int], vocab_size: int, param: str) -> list[int]:
-    """Token ids as a list, each an integer inside the vocabulary."""
+def checked_ids(token_ids: Sequence[int], vocab_size: int, param: str, hint: str = "") -> list[int]:
+    """Token ids as a list, each an integer inside the vocabulary; ``hint``
+    ends the message for an id outside it."""
     ids = list(token_ids)
     for token in ids:
         if isinstance(token, bool) or not isinstance(token, int):
             raise invalid(param, f"token ids must be integers (got {token!r})")
         if not 0 <= token < (vocab_size or 2**31):
-            raise invalid(param, f"token id {token} is outside the vocabulary")
+            raise invalid(param, f"token id {token} is outside the vocabulary (size {vocab_size}){hint}")
     return ids
 
 

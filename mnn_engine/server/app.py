@@ -11,8 +11,11 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import re
+import secrets
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import tornado.web
 from tornado.iostream import StreamClosedError
+from tornado.log import access_log
 
 from .. import __version__, jsonutil
 from ..api.openai_chat import (
@@ -50,6 +54,10 @@ log = logging.getLogger("mnn_engine.server")
 #: what answers without the API key: the page, the health check and the API description
 PUBLIC_PATHS = frozenset({"/", "/health", "/openapi.json"})
 MAX_JSON_DEPTH = 64
+#: a client's X-Request-Id that is echoed (anything else gets one of ours)
+REQUEST_ID = re.compile(r"\A[\w.:-]{1,128}\Z")
+#: what an HTML form posts: name=value pairs joined by & (a JSON body never starts so)
+FORM_PAIRS = re.compile(r"\A[\w.%+~-]+=[^&]*(&[\w.%+~-]+=[^&]*)*\Z")
 #: pulls that download at once (more wait their turn)
 PULL_WORKERS = 2
 #: threads for the tokenizer routes
@@ -88,12 +96,22 @@ def error_body(code: str, message: str, param: str | None = None) -> dict[str, A
 
 
 class JsonHandler(tornado.web.RequestHandler):
-    """JSON errors for everything, bearer authentication for all but ``PUBLIC_PATHS``."""
+    """JSON errors for everything, bearer authentication for all but
+    ``PUBLIC_PATHS``, and an ``X-Request-Id`` on every answer."""
 
     ctx: ServerContext
+    #: the client's own X-Request-Id when it sent a well-formed one, else ours; on every answer
+    #: (errors too: Tornado's clear() sets the default headers again) and in the access log line
+    request_id = ""
 
     def initialize(self, ctx: ServerContext) -> None:
         self.ctx = ctx
+
+    def set_default_headers(self) -> None:
+        if not self.request_id:
+            given = self.request.headers.get("X-Request-Id", "")
+            self.request_id = given if REQUEST_ID.match(given) else "req_" + secrets.token_hex(12)
+        self.set_header("X-Request-Id", self.request_id)
 
     def options(self, *_args: Any) -> None:  # CORS preflight of an allowed origin (_check_host_and_origin)
         self.set_status(204)
@@ -215,6 +233,15 @@ def model_capabilities(engine: ServedEngine) -> list[str]:
     return capabilities
 
 
+def log_request(handler: tornado.web.RequestHandler) -> None:
+    """The access log line (``serve --access-log``): Tornado's, with the request ID."""
+    status = handler.get_status()
+    log_method = access_log.info if status < 400 else access_log.warning if status < 500 else access_log.error
+    request = handler.request
+    log_method("%d %s %s (%s) %.2fms id=%s", status, request.method, request.uri, request.remote_ip,
+               1000.0 * request.request_time(), getattr(handler, "request_id", "") or "-")
+
+
 def active_model_name(engine: ServedEngine) -> str | None:
     """The name clients see: the store ID, else the model directory's name."""
     snap = engine.snapshot()["model"]
@@ -253,12 +280,21 @@ class OpenApiHandler(JsonHandler):
 
 
 class ModelsHandler(JsonHandler):
-    def get(self) -> None:
+    """``GET /v1/models`` (the list) and ``GET /v1/models/{id}`` (the SDK's ``models.retrieve``)."""
+
+    def get(self, model: str | None = None) -> None:
         model_id = active_model_name(self.ctx.engine)
         data = [] if model_id is None else [
             {"id": model_id, "object": "model", "created": int(self.ctx.started), "owned_by": "mnn-engine",
              "context_length": self.ctx.engine.llm.context_limit}]
-        self.send_json({"object": "list", "data": data})
+        if model is None:
+            self.send_json({"object": "list", "data": data})
+            return
+        name = urllib.parse.unquote(model)
+        found = [m for m in data if m["id"] == name]
+        if not found:
+            raise MnnEngineError("model_not_found", f"The model '{name}' does not exist", param="model")
+        self.send_json(found[0])
 
 
 @tornado.web.stream_request_body
@@ -297,19 +333,26 @@ class BodyHandler(JsonHandler):
     def parse_body(self) -> Any:
         if self._too_large:
             raise self._too_large_error()
-        content_type = self.request.headers.get("Content-Type", "application/json").split(";")[0].strip().lower()
-        if content_type != "application/json" and not content_type.endswith("+json"):
+        content_type = self.request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if content_type.startswith("multipart/"):
             raise MnnEngineError("unsupported_media_type",
                                  f"the body must be JSON (Content-Type: application/json), not {content_type}")
         try:
             text = bytes(self._body).decode("utf-8")
         except UnicodeDecodeError as exc:
             raise MnnEngineError("invalid_argument", f"the body is not valid UTF-8 (byte {exc.start})") from exc
+        if not text.strip():
+            raise MnnEngineError("invalid_argument", "the body is empty: send a JSON object", param="body")
         try:
             body = jsonutil.loads(text)
         except RecursionError as exc:
             raise MnnEngineError("invalid_argument", "the body is nested too deeply", param="body") from exc
         except ValueError as exc:
+            # Whatever the declared type: Ollama's docs post JSON with curl -d, which declares a form
+            # (application/x-www-form-urlencoded), and Ollama and llama-server read it as JSON anyway.
+            if content_type == "application/x-www-form-urlencoded" and FORM_PAIRS.match(text):
+                raise MnnEngineError("invalid_argument", "the body is a form (name=value pairs), not JSON: send "
+                                     "a JSON object", param="body") from exc
             raise MnnEngineError("invalid_argument", f"the body is not valid JSON: {exc}", param="body") from exc
         if jsonutil.depth(body, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
             raise MnnEngineError("invalid_argument", f"the body is nested more than {MAX_JSON_DEPTH} levels deep",

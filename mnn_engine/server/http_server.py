@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import re
+import secrets
 import time
 from typing import Any
 
@@ -102,8 +103,9 @@ def _json_error(status: int, code: str, message: str) -> bytes:
     body = jsonutil.dumps({"error": {"message": message, "type": ERROR_CODES[code].openai_type, "param": None,
                                      "code": code}})
     reason = {400: "Bad Request", 413: "Payload Too Large"}[status]
+    # a request too malformed for a handler still gets a request ID (none of the client's: unparsed)
     return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n").encode() + body
+            f"X-Request-Id: req_{secrets.token_hex(12)}\r\nConnection: close\r\n\r\n").encode() + body
 
 
 class _Connection:

@@ -198,6 +198,11 @@ def openapi_spec() -> dict[str, Any]:
             "/openapi.json": {"get": {"summary": "this document", "responses": {"200": json_ok, **_errors(*_COMMON)}}},
             "/v1/models": {"get": {"summary": "the active model", "security": [{"bearer": []}, {}],
                                    "responses": {"200": json_ok, **_errors(401, *_COMMON)}}},
+            "/v1/models/{model}": {"get": {
+                "summary": "one model by ID (the active one), OpenAI's Model object",
+                "security": [{"bearer": []}, {}],
+                "parameters": [{"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "responses": {"200": json_ok, **_errors(401, 404, *_COMMON)}}},
             "/v1/chat/completions": {"post": {
                 "summary": "a chat completion, streamed (text/event-stream) or not",
                 "security": [{"bearer": []}, {}],

@@ -17,6 +17,7 @@ from .app import (
     NotFoundHandler,
     OpenApiHandler,
     ServerContext,
+    log_request,
 )
 from .completions import CompletionsHandler
 from .embeddings import EmbeddingsHandler
@@ -28,6 +29,7 @@ def make_app(ctx: ServerContext) -> tornado.web.Application:
         (r"/health", HealthHandler, {"ctx": ctx}),
         (r"/openapi.json", OpenApiHandler, {"ctx": ctx}),
         (r"/v1/models", ModelsHandler, {"ctx": ctx}),
+        (r"/v1/models/(?P<model>.+)", ModelsHandler, {"ctx": ctx}),
         (r"/v1/chat/completions", ChatCompletionsHandler, {"ctx": ctx}),
         (r"/v1/completions", CompletionsHandler, {"ctx": ctx}),
         (r"/v1/embeddings", EmbeddingsHandler, {"ctx": ctx}),
@@ -37,7 +39,7 @@ def make_app(ctx: ServerContext) -> tornado.web.Application:
         *events.routes(ctx),
     ]
     ctx.routes = frozenset(pattern for pattern, *_ in handlers)
-    settings: dict[str, Any] = {} if ctx.settings.access_log else {"log_function": lambda handler: None}
+    settings: dict[str, Any] = {"log_function": log_request if ctx.settings.access_log else lambda handler: None}
     return tornado.web.Application(
         handlers,
         default_handler_class=NotFoundHandler,

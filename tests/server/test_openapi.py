@@ -30,7 +30,8 @@ def _route_paths() -> set[str]:
     app = make_app(ServerContext(engine=None))  # type: ignore[arg-type]
     paths = set()
     for rule in app.default_router.rules[0].target.rules:
-        paths.add(rule.matcher.regex.pattern.rstrip("$").replace("\\", ""))
+        pattern = rule.matcher.regex.pattern.rstrip("$").replace("\\", "")
+        paths.add(re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", pattern))  # (?P<model>.+) is OpenAPI's {model}
     return paths
 
 

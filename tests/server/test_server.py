@@ -182,8 +182,9 @@ def test_thinking_can_be_switched_off(scripted_server):
     ('{"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"abc": 1}}', None, 400, "invalid_argument"),
     ('{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}', None, 400, "invalid_argument"),
     (b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', None, 400, "invalid_argument"),
-    ('{"messages": [{"role": "user", "content": "hi"}]}', {"Content-Type": "text/plain"}, 415,
+    ('{"messages": [{"role": "user", "content": "hi"}]}', {"Content-Type": "multipart/form-data; boundary=x"}, 415,
      "unsupported_media_type"),
+    ("messages=hi&model=tiny", {"Content-Type": "application/x-www-form-urlencoded"}, 400, "invalid_argument"),
     ('{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": '
      '"data:image/png;base64,AAAA"}}]}]}', None, 400, "invalid_argument"),
 ])
