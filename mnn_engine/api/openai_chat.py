@@ -15,6 +15,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import secrets
 import tempfile
 import time
@@ -348,8 +349,10 @@ class OutputParser:
     """Splits streamed model text into reasoning, content and tool calls.
 
     Text that might be the start of a tag is held back until the next piece
-    tells; ``finish()`` flushes it. A ``<tool_call>`` whose body is not valid
-    JSON is passed through as plain content.
+    tells; ``finish()`` flushes it. A closed ``<tool_call>`` whose body is not
+    valid JSON is passed through as plain content; one left open at the end
+    (cut by ``max_tokens``) is a tool call with the arguments generated so
+    far, as OpenAI returns a cut call (never the model's markup as content).
     """
 
     def __init__(self, *, in_reasoning: bool = False, parse_tools: bool = False) -> None:
@@ -402,9 +405,9 @@ class OutputParser:
 
     def finish(self) -> list[Delta]:
         out: list[Delta] = []
-        if self.mode == "tool":  # unterminated tool call: it was text after all
+        if self.mode == "tool":  # a call cut off: what of it was generated
             self.mode = "content"
-            self._emit(TOOL_OPEN + self.buffer, out)
+            self._add_call(partial_tool_call(self.buffer), out)
         else:
             self._emit(self.buffer, out)
         self.buffer = ""
@@ -431,6 +434,9 @@ class OutputParser:
             self.mode = "content"
             self._emit(TOOL_OPEN + body + TOOL_CLOSE, out)
             return
+        self._add_call(call, out)
+
+    def _add_call(self, call: dict[str, Any], out: list[Delta]) -> None:
         call["index"] = len(self.tool_calls)
         self.tool_calls.append(call)
         out.append(Delta("tool_call", tool_call=call))
@@ -460,6 +466,24 @@ def parse_tool_call(body: str) -> dict[str, Any] | None:
         arguments = json.dumps(arguments, ensure_ascii=False)
     return {"id": "call_" + secrets.token_hex(12), "type": "function",
             "function": {"name": data["name"], "arguments": arguments}}
+
+
+_CALL_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_CALL_ARGUMENTS = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
+
+
+def partial_tool_call(body: str) -> dict[str, Any]:
+    """The tool call of an unterminated ``{"name": ..., "arguments": ...}``:
+    the name if it was generated whole, the arguments' text as far as it
+    goes (OpenAI's shape for a call cut by max_tokens)."""
+    arguments = _CALL_ARGUMENTS.search(body)
+    named = _CALL_NAME.search(body, 0, arguments.start() if arguments else len(body))
+    try:
+        name = json.loads(f'"{named.group(1)}"') if named else ""
+    except json.JSONDecodeError:
+        name = ""
+    return {"id": "call_" + secrets.token_hex(12), "type": "function",
+            "function": {"name": name, "arguments": body[arguments.end():].rstrip() if arguments else ""}}
 
 
 # ---------------------------------------------------------------- responses

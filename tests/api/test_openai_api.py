@@ -179,14 +179,15 @@ def run(parser: OutputParser, pieces: list[str]):
 
 def test_reasoning_then_content():
     message = message_from(run(OutputParser(), ["<think>", "let me", " think", "</think>", "\n\n", "Answer."]))
-    assert message == {"role": "assistant", "content": "Answer.", "reasoning_content": "let me think"}
+    assert message == {"role": "assistant", "content": "Answer.", "reasoning_content": "let me think",
+                       "refusal": None}
 
 
 def test_reasoning_opened_by_the_template():
     assert prompt_opens_thinking("<|im_start|>assistant\n<think>\n")
     assert not prompt_opens_thinking("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     message = message_from(run(OutputParser(in_reasoning=True), ["hmm", "</thi", "nk>ok"]))
-    assert message == {"role": "assistant", "content": "ok", "reasoning_content": "hmm"}
+    assert message == {"role": "assistant", "content": "ok", "reasoning_content": "hmm", "refusal": None}
 
 
 def test_think_tag_later_in_the_answer_is_content():
@@ -206,11 +207,17 @@ def test_tool_calls_are_parsed():
     assert parser.tool_calls[0]["index"] == 0
 
 
-def test_malformed_or_unterminated_tool_calls_fall_back_to_content():
+def test_a_malformed_tool_call_is_content_and_a_cut_one_a_partial_call():
     bad = message_from(run(OutputParser(parse_tools=True), ["<tool_call>{not json}</tool_call>"]))
-    assert bad == {"role": "assistant", "content": "<tool_call>{not json}</tool_call>"}
-    open_ended = message_from(run(OutputParser(parse_tools=True), ['<tool_call>{"name": "x"']))
-    assert open_ended["content"] == '<tool_call>{"name": "x"' and "tool_calls" not in open_ended
+    assert bad == {"role": "assistant", "content": "<tool_call>{not json}</tool_call>", "refusal": None}
+    # cut by max_tokens: OpenAI returns the call with the arguments generated so far, never the markup
+    cut = message_from(run(OutputParser(parse_tools=True),
+                           ['Sure.<tool_call>\n{"name": "Person", "arguments": {"name": "Al']))
+    assert cut["content"] == "Sure." and "<tool_call>" not in json.dumps(cut)
+    [call] = cut["tool_calls"]
+    assert call["function"] == {"name": "Person", "arguments": '{"name": "Al'} and call["id"].startswith("call_")
+    early = message_from(run(OutputParser(parse_tools=True), ['<tool_call>{"name": "Per']))
+    assert early["content"] is None and early["tool_calls"][0]["function"] == {"name": "", "arguments": ""}
     assert parse_tool_call('{"arguments": {}}') is None
     assert parse_tool_call("[1]") is None
 

@@ -179,3 +179,34 @@ def test_a_401_on_every_generating_route_logs_no_traceback(tmp_path):
             assert live.request("POST", path, json.dumps(SHORT))[0] == 401
     finally:
         live.close()
+
+
+# ---------------------------------------------------------------- a tool call cut off by max_tokens
+PERSON = {"type": "function", "function": {"name": "Person", "parameters": {
+    "type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"]}}}
+
+
+@pytest.fixture(scope="module")
+def random_weights(tmp_path_factory):
+    live = Live(tmp_path_factory.mktemp("tiny"), "tiny")
+    yield live
+    live.close()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_tool_call_cut_by_max_tokens_is_a_partial_call_never_markup(random_weights, stream):
+    request = {"model": "tiny", "messages": [{"role": "user", "content": "Al is 3"}], "tools": [PERSON],
+               "tool_choice": "required", "max_tokens": 12, "temperature": 0}
+    if not stream:
+        reply = random_weights.client.chat.completions.create(**request)
+        choice = reply.choices[0]
+        assert choice.finish_reason == "length" and not choice.message.content
+        [call] = choice.message.tool_calls
+        assert call.function.name == "Person" and call.function.arguments and call.id.startswith("call_")
+        return
+    chunks = list(random_weights.client.chat.completions.create(**request, stream=True))
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    calls = [t for c in chunks if c.choices for t in (c.choices[0].delta.tool_calls or [])]
+    assert "<tool_call>" not in content and calls and calls[0].function.name == "Person"
+    assert chunks[-1].choices[0].finish_reason == "length"
