@@ -438,12 +438,7 @@ class Engine:
                 self._end_generation(ticket, llm, result, error)
             return self._checked(result)
 
-        try:
-            return self._executor.submit(work)
-        except RuntimeError as exc:  # executor shut down by close()
-            prepared.abandon()
-            self._end_generation(ticket, llm, None, exc)
-            raise MnnEngineError("model_not_loaded", "the engine is closed") from exc
+        return self._on_generation_thread(work, ticket, llm, prepared.abandon)
 
     def generate(self, prompt: Prompt, callback: Callable[[str], Any] | None = None,
                  **sampling: Any) -> GenerationResult:
@@ -494,10 +489,15 @@ class Engine:
             self._end_generation(ticket, llm, None, None, embedded=result)
             return result
 
+        return self._on_generation_thread(work, ticket, llm, claim.release)
+
+    def _on_generation_thread(self, work: Callable[[], Any], ticket: object, llm: Llm,
+                              give_back: Callable[[], None]) -> Future[Any]:
+        """Run ``work`` on the generation thread; if the engine is closed, give the claim back."""
         try:
             return self._executor.submit(work)
         except RuntimeError as exc:  # executor shut down by close()
-            claim.release()
+            give_back()
             self._end_generation(ticket, llm, None, exc)
             raise MnnEngineError("model_not_loaded", "the engine is closed") from exc
 

@@ -13,7 +13,7 @@ import pydantic
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from live_server import Live
+from live_server import server_fixture
 from support import test_model_dir
 
 from mnn_engine import MnnEngineError
@@ -155,18 +155,8 @@ def test_required_tool_choice_always_gives_a_valid_call(tiny, seed):
 
 
 # ---------------------------------------------------------------- through the server and the openai SDK
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    live = Live(tmp_path_factory.mktemp("store"), "tiny")
-    yield live
-    live.close()
-
-
-@pytest.fixture(scope="module")
-def toolcall(tmp_path_factory):
-    live = Live(tmp_path_factory.mktemp("store"), "tiny-toolcall")
-    yield live
-    live.close()
+server = server_fixture("tiny")
+toolcall = server_fixture("tiny-toolcall")
 
 
 class Person(pydantic.BaseModel):

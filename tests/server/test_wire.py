@@ -11,25 +11,16 @@ import subprocess
 
 import openai
 import pytest
-from live_server import SHORT, Live
+from live_server import SHORT, Live, server_fixture
 from support import REPO
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0}
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}  # what `curl -d` declares
 
 
-@pytest.fixture(scope="module")
-def chat(tmp_path_factory):
-    live = Live(tmp_path_factory.mktemp("chat"), "tiny-scripted", access_log=True)
-    yield live
-    live.close()
-
-
-@pytest.fixture(scope="module")
-def embedder(tmp_path_factory):
-    live = Live(tmp_path_factory.mktemp("embed"), "tiny-embedding")
-    yield live
-    live.close()
+chat = server_fixture("tiny-scripted", access_log=True)
+embedder = server_fixture("tiny-embedding")
+random_weights = server_fixture("tiny")
 
 
 # Ollama's docs/api.md writes every example as `curl http://localhost:11434/api/... -d '{...}'`,
@@ -185,13 +176,6 @@ def test_a_401_on_every_generating_route_logs_no_traceback(tmp_path):
 PERSON = {"type": "function", "function": {"name": "Person", "parameters": {
     "type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
     "required": ["name", "age"]}}}
-
-
-@pytest.fixture(scope="module")
-def random_weights(tmp_path_factory):
-    live = Live(tmp_path_factory.mktemp("tiny"), "tiny")
-    yield live
-    live.close()
 
 
 @pytest.mark.parametrize("stream", [False, True])
