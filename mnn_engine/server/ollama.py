@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from tornado.ioloop import IOLoop
@@ -44,10 +46,29 @@ from .session import GenerationSession
 log = logging.getLogger("mnn_engine.server")
 
 
+def _quantization(model_dir: Path) -> str:
+    """The weights' quantisation as llmexport recorded it (``export_args.json``:
+    ``quant_bit``, ``quant_block``), e.g. ``Q4_B64``; "" when not recorded."""
+    try:
+        args = json.loads((model_dir / "export_args.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    bits, block = (args.get("quant_bit"), args.get("quant_block")) if isinstance(args, dict) else (None, None)
+    if not isinstance(bits, int) or isinstance(bits, bool):
+        return ""
+    return f"Q{bits}" + (f"_B{block}" if isinstance(block, int) and not isinstance(block, bool) and block else "")
+
+
 def _details(engine: Any) -> dict[str, Any]:
-    config = engine.llm.file_config
-    return {"parent_model": "", "format": "mnn", "family": str(config.get("model_type", "")), "families": None,
-            "parameter_size": "", "quantization_level": ""}
+    llm = engine.llm
+    family = str(llm.file_config.get("model_type", ""))
+    # parameter_size stays "" until it is read from the graph's weights (not estimated from file sizes)
+    return {"parent_model": "", "format": "mnn", "family": family, "families": [family] if family else None,
+            "parameter_size": "", "quantization_level": _quantization(llm.model_dir)}
+
+
+def _directory_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
 
 
 def _model_entry(engine: Any, name: str) -> dict[str, Any]:
@@ -58,6 +79,8 @@ def _model_entry(engine: Any, name: str) -> dict[str, Any]:
         info = engine.store.get(snap["id"])
         size = info.size_bytes
         digest = hashlib.sha256(f"{info.id}:{info.created}".encode()).hexdigest()
+    else:  # served from a directory
+        size = _directory_bytes(engine.llm.model_dir)
     return {"name": tagged(name), "model": tagged(name), "modified_at": now(), "size": size, "digest": digest,
             "details": _details(engine)}
 
@@ -112,10 +135,12 @@ class ShowHandler(OllamaBodyHandler):
         self.parse_body()
         name = self.require_model()
         engine = self.ctx.engine
-        config = engine.llm.file_config
+        architecture = str(engine.llm.file_config.get("model_type", "")) or "mnn"
         capabilities = model_capabilities(engine)
         self.send_json({"modelfile": "", "parameters": "", "template": "", "details": _details(engine),
-                        "model_info": {"general.architecture": config.get("model_type", ""),
+                        # Ollama's key is <architecture>.context_length (e.g. qwen3.context_length): tools read it
+                        "model_info": {"general.architecture": architecture,
+                                       f"{architecture}.context_length": engine.llm.context_limit,
                                        "context_length": engine.llm.context_limit},
                         "capabilities": capabilities, "modified_at": now(), "name": tagged(name)})
 

@@ -194,3 +194,17 @@ def test_a_tool_call_cut_by_max_tokens_is_a_partial_call_never_markup(random_wei
     calls = [t for c in chunks if c.choices for t in (c.choices[0].delta.tool_calls or [])]
     assert "<tool_call>" not in content and calls and calls[0].function.name == "Person"
     assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_ollama_show_names_fields_as_ollama_does(chat, tmp_path):
+    # docs/api.md and api/types.go: model_info's key is "<architecture>.context_length", families a list
+    import ollama
+
+    client = ollama.Client(host=f"http://127.0.0.1:{chat.port}")
+    shown = client.show("tiny-scripted")
+    architecture = shown.modelinfo["general.architecture"]
+    assert architecture and shown.modelinfo[f"{architecture}.context_length"] == chat.engine.llm.context_limit
+    assert shown.details.families == [shown.details.family]
+    assert shown.details.quantization_level.startswith("Q")  # the test models are exported with quant_bit
+    [entry] = client.list().models
+    assert entry.size > 0  # served from a directory: its files
