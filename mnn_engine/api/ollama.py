@@ -107,12 +107,24 @@ def durations(result: GenerationResult, started: float) -> dict[str, Any]:
 
 
 def split_deltas(deltas: list[Any]) -> tuple[str, str, list[dict[str, Any]] | None]:
+    """Content, thinking and tool calls in Ollama's shape (api/types.go ToolCall:
+    an ``id``, ``function.index``, the arguments as an object; a call cut off
+    by the token limit has the arguments that parse, else none)."""
     content = "".join(d.text for d in deltas if d.kind == "content")
     thinking = "".join(d.text for d in deltas if d.kind == "reasoning")
-    calls = [{"function": {"name": d.tool_call["function"]["name"],
-                           "arguments": json.loads(d.tool_call["function"]["arguments"] or "{}")}}
+    calls = [{"id": d.tool_call["id"],
+              "function": {"index": d.tool_call["index"], "name": d.tool_call["function"]["name"],
+                           "arguments": _arguments_object(d.tool_call["function"]["arguments"])}}
              for d in deltas if d.kind == "tool_call"]
     return content, thinking, calls or None
+
+
+def _arguments_object(text: str) -> Any:
+    try:
+        value = json.loads(text or "{}")
+    except (ValueError, RecursionError):
+        return {}  # cut off mid-arguments (done_reason says length)
+    return value if isinstance(value, dict) else {}
 
 
 def chat_request(body: Mapping[str, Any], messages: Any, policy: ImagePolicy) -> ChatRequest:

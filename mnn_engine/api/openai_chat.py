@@ -338,11 +338,16 @@ def prompt_opens_thinking(prompt: str) -> bool:
 # ---------------------------------------------------------------- output
 @dataclass
 class Delta:
-    """One piece of parsed output: ``kind`` is content, reasoning or tool_call."""
+    """One piece of parsed output: ``kind`` is content, reasoning, tool_call
+    (a whole call; streamed, the first piece: id, type, name and the
+    arguments so far) or tool_call_arguments (more of a streamed call's
+    arguments: ``{"index": i, "function": {"arguments": piece}}``).
+    ``partial``: a call cut off before its end."""
 
     kind: str
     text: str = ""
     tool_call: dict[str, Any] | None = None
+    partial: bool = False
 
 
 class OutputParser:
@@ -353,15 +358,26 @@ class OutputParser:
     valid JSON is passed through as plain content; one left open at the end
     (cut by ``max_tokens``) is a tool call with the arguments generated so
     far, as OpenAI returns a cut call (never the model's markup as content).
+
+    With ``stream_arguments`` (OpenAI's streamed chat), a call is sent as it
+    is generated, as OpenAI streams one: its id, type and name once they are
+    known, then its arguments piece by piece (partial-object clients such as
+    instructor's ``create_partial`` see progress). The pieces join to the
+    call's ``arguments``: the model's own text of the arguments object.
     """
 
-    def __init__(self, *, in_reasoning: bool = False, parse_tools: bool = False) -> None:
+    def __init__(self, *, in_reasoning: bool = False, parse_tools: bool = False,
+                 stream_arguments: bool = False) -> None:
         self.mode = "reasoning" if in_reasoning else "content"
         self.parse_tools = parse_tools
+        self.stream_arguments = stream_arguments
         self.buffer = ""
         self.tool_calls: list[dict[str, Any]] = []
         self._seen_content = False
         self._strip_leading = False
+        self._streamed: dict[str, Any] | None = None  # the call being streamed (its name is sent)
+        self._sent = 0  # characters of its arguments sent
+        self._arguments_end: int | None = None  # where its arguments object ends, once it is whole
 
     def _tags(self) -> list[str]:
         if self.mode == "reasoning":
@@ -384,6 +400,8 @@ class OutputParser:
                 if self.mode != "tool":
                     self._emit(self.buffer[: len(self.buffer) - keep], out)
                     self.buffer = self.buffer[len(self.buffer) - keep:]
+                elif self.stream_arguments:
+                    self._stream_call(self.buffer[: len(self.buffer) - keep], out)
                 return out
             pos, tag = found
             before, self.buffer = self.buffer[:pos], self.buffer[pos + len(tag):]
@@ -407,7 +425,10 @@ class OutputParser:
         out: list[Delta] = []
         if self.mode == "tool":  # a call cut off: what of it was generated
             self.mode = "content"
-            self._add_call(partial_tool_call(self.buffer), out)
+            if self._streamed is not None:
+                self._end_streamed(self.buffer, out, partial=True)
+            else:
+                self._add_call(partial_tool_call(self.buffer), out, partial=True)
         else:
             self._emit(self.buffer, out)
         self.buffer = ""
@@ -429,6 +450,9 @@ class OutputParser:
             out.append(Delta(kind, text))
 
     def _finish_tool(self, body: str, out: list[Delta]) -> None:
+        if self._streamed is not None:
+            self._end_streamed(body, out)
+            return
         call = parse_tool_call(body)
         if call is None:
             self.mode = "content"
@@ -436,10 +460,67 @@ class OutputParser:
             return
         self._add_call(call, out)
 
-    def _add_call(self, call: dict[str, Any], out: list[Delta]) -> None:
+    def _add_call(self, call: dict[str, Any], out: list[Delta], partial: bool = False) -> None:
         call["index"] = len(self.tool_calls)
         self.tool_calls.append(call)
-        out.append(Delta("tool_call", tool_call=call))
+        out.append(Delta("tool_call", tool_call=call, partial=partial))
+
+    def _stream_call(self, body: str, out: list[Delta]) -> None:
+        """Send what is new of the open call: its start once the name is
+        whole and an arguments object has begun, then its arguments, holding
+        back closing braces and spaces (the call's own ``}`` may be among them)."""
+        found = _CALL_ARGUMENTS.search(body)
+        if found is None:
+            return
+        start = found.end()
+        if self._streamed is None:
+            named = _CALL_NAME.search(body, 0, found.start())
+            if named is None or not body[start:].lstrip().startswith("{"):
+                return  # no name yet, or arguments that are not an object: the call is sent whole at its end
+            try:
+                name = json.loads(f'"{named.group(1)}"')
+            except json.JSONDecodeError:
+                return
+            self._streamed = {"id": "call_" + secrets.token_hex(12), "type": "function",
+                              "function": {"name": name, "arguments": ""}, "index": len(self.tool_calls)}
+            self.tool_calls.append(self._streamed)
+            self._sent, self._arguments_end = 0, None
+            out.append(Delta("tool_call", tool_call=json.loads(json.dumps(self._streamed))))
+        text = body[start:].lstrip()
+        ready = len(text.rstrip("} \t\r\n"))
+        if self._arguments_end is None and "}" in text[self._sent:]:  # perhaps the object is whole now
+            with contextlib.suppress(ValueError, RecursionError):
+                self._arguments_end = _DECODER.raw_decode(text)[1]
+        if self._arguments_end is not None:  # never send past the end of the arguments object
+            ready = self._arguments_end
+        self._send_arguments(text[:ready], out)
+
+    def _send_arguments(self, text: str, out: list[Delta]) -> None:
+        call = self._streamed
+        assert call is not None
+        if len(text) > self._sent:
+            piece, self._sent = text[self._sent:], len(text)
+            call["function"]["arguments"] += piece
+            out.append(Delta("tool_call_arguments", tool_call={"index": call["index"],
+                                                               "function": {"arguments": piece}}))
+
+    def _end_streamed(self, body: str, out: list[Delta], partial: bool = False) -> None:
+        """The rest of a streamed call's arguments: up to the end of its
+        arguments object (or, cut off or malformed, all that was generated)."""
+        found = _CALL_ARGUMENTS.search(body)
+        text = body[found.end():].lstrip() if found else ""
+        try:
+            _, end = _DECODER.raw_decode(text)
+            text = text[:end]
+        except ValueError:
+            text = text.rstrip()
+            if not partial and text.endswith("}"):
+                text = text[:-1].rstrip()  # the call's own closing brace
+        if text.startswith(self._streamed["function"]["arguments"] if self._streamed else ""):
+            self._send_arguments(text, out)
+        if partial and out and out[-1].kind in ("tool_call", "tool_call_arguments"):
+            out[-1].partial = True
+        self._streamed = None
 
 
 def _partial_tag_suffix(text: str, tags: list[str]) -> int:
@@ -453,8 +534,13 @@ def _partial_tag_suffix(text: str, tags: list[str]) -> int:
     return best
 
 
+_DECODER = json.JSONDecoder()
+
+
 def parse_tool_call(body: str) -> dict[str, Any] | None:
-    """OpenAI tool call from Qwen's ``{"name": ..., "arguments": ...}``, or None."""
+    """OpenAI tool call from Qwen's ``{"name": ..., "arguments": ...}``, or None.
+    An arguments object keeps the model's own text (as a streamed call's
+    pieces join to it)."""
     try:
         data = json.loads(body)
     except (json.JSONDecodeError, RecursionError):
@@ -463,9 +549,24 @@ def parse_tool_call(body: str) -> dict[str, Any] | None:
         return None
     arguments = data.get("arguments", data.get("parameters", {}))
     if not isinstance(arguments, str):
-        arguments = json.dumps(arguments, ensure_ascii=False)
+        arguments = _own_text(body, arguments)
     return {"id": "call_" + secrets.token_hex(12), "type": "function",
             "function": {"name": data["name"], "arguments": arguments}}
+
+
+def _own_text(body: str, arguments: Any) -> str:
+    """The model's text of the arguments value in a call's body (it decodes to
+    ``arguments``), else their JSON."""
+    found = _CALL_ARGUMENTS.search(body)
+    if found is not None and isinstance(arguments, dict):
+        text = body[found.end():].lstrip()
+        try:
+            value, end = _DECODER.raw_decode(text)
+        except (ValueError, RecursionError):
+            value, end = None, 0
+        if value == arguments:
+            return text[:end]
+    return json.dumps(arguments, ensure_ascii=False)
 
 
 _CALL_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
@@ -515,7 +616,7 @@ class Completion:
 
 
 def delta_dict(delta: Delta) -> dict[str, Any]:
-    if delta.kind == "tool_call":
+    if delta.kind in ("tool_call", "tool_call_arguments"):
         return {"tool_calls": [delta.tool_call]}
     if delta.kind == "reasoning":
         return {"reasoning_content": delta.text}

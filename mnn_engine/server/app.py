@@ -474,8 +474,8 @@ class ChatCompletionsHandler(BodyHandler):
 
     async def _complete(self, model: str, request: ChatRequest) -> None:
         session = GenerationSession(self, request.messages, parse_tools=request.parse_tools,
-                                    enable_thinking=request.enable_thinking, tools=request.tools,
-                                    tool_choice=request.tool_choice, **request.sampling)
+                                    stream_tool_arguments=True, enable_thinking=request.enable_thinking,
+                                    tools=request.tools, tool_choice=request.tool_choice, **request.sampling)
         completion = Completion(model=model, fingerprint=self.ctx.fingerprint)
         token_bytes = self.ctx.engine.llm.token_bytes
         if not request.stream:

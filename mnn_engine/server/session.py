@@ -62,10 +62,12 @@ class GenerationSession:
     reasoning and tool calls out of the text (False: the text as content)."""
 
     def __init__(self, handler: SessionHandler, prompt: Any, *, parse: bool = True, parse_tools: bool = False,
-                 **options: Any) -> None:
+                 stream_tool_arguments: bool = False, **options: Any) -> None:
         self.handler = handler
         self.prompt, self.options = prompt, options
         self.parse, self.parse_tools = parse, parse_tools
+        #: streamed, a tool call goes out piece by piece (OpenAI's deltas); else whole when it ends
+        self.stream_tool_arguments = stream_tool_arguments
         self._rendered: list[tuple[str | None, int]] = []  # (prompt text, messages dropped), from the generation thread
 
     def _submit(self, put: Callable[[str], None] | None) -> Future[GenerationResult]:
@@ -74,11 +76,12 @@ class GenerationSession:
                                                        **self.options)
         return handler.generation
 
-    def _parser(self) -> OutputParser | None:
+    def _parser(self, streamed: bool = False) -> OutputParser | None:
         if not self.parse:
             return None
         text = self._rendered[0][0] if self._rendered else None
-        return OutputParser(in_reasoning=prompt_opens_thinking(text or ""), parse_tools=self.parse_tools)
+        return OutputParser(in_reasoning=prompt_opens_thinking(text or ""), parse_tools=self.parse_tools,
+                            stream_arguments=streamed and self.stream_tool_arguments)
 
     @property
     def dropped(self) -> int:
@@ -111,7 +114,7 @@ class GenerationSession:
         async with handler.generation_turn():
             pieces = astream_pieces(self._submit, handler.ctx.engine.cancel_generation)
             first = await handler.first_piece(pieces)
-            parser = self._parser()
+            parser = self._parser(streamed=True)
             await start()
             try:
                 if first is not None:

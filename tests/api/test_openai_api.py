@@ -16,6 +16,7 @@ from mnn_engine import MnnEngineError
 from mnn_engine.api.openai_chat import (
     ImagePolicy,
     OutputParser,
+    delta_dict,
     message_from,
     parse_chat_request,
     parse_tool_call,
@@ -245,6 +246,61 @@ def test_splitting_never_changes_the_result(sample, cuts):
         for call in message.get("tool_calls", []):
             call["id"] = "call"
     assert split == whole
+
+
+TOOL_SAMPLES = [
+    'Sure.<tool_call>{"name": "f", "arguments": {"a": [1, 2]}}</tool_call>',
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich", "at": {"h": 1}}}\n</tool_call>'
+    '<tool_call>{"name":"clock","arguments":{}}</tool_call>',
+    '<tool_call>{"name": "f", "arguments": "{\\"a\\": 1}"}</tool_call>',  # arguments as a string: sent whole
+    '<tool_call>{"name": "Person", "arguments": {"name": "Al", "age": 3',  # cut off by max_tokens
+]
+
+
+def streamed_message(deltas) -> dict:
+    """What a streaming client rebuilds (the SDK's accumulator: calls by index, arguments joined)."""
+    content = "".join(d.text for d in deltas if d.kind == "content")
+    calls: dict[int, dict] = {}
+    for delta in deltas:
+        if delta.kind in ("tool_call", "tool_call_arguments"):
+            piece = delta_dict(delta)["tool_calls"][0]
+            call = calls.setdefault(piece["index"], {"id": piece.get("id"), "type": piece.get("type"),
+                                                     "function": {"name": "", "arguments": ""}})
+            call["function"]["name"] += piece["function"].get("name", "")
+            call["function"]["arguments"] += piece["function"].get("arguments", "")
+    return {"content": content or None, "tool_calls": [calls[i] for i in sorted(calls)]}
+
+
+@given(sample=st.sampled_from(TOOL_SAMPLES), cuts=st.lists(st.integers(min_value=0, max_value=160), max_size=20))
+def test_a_streamed_tool_call_joins_to_the_whole_one(sample, cuts):
+    whole = message_from(run(OutputParser(parse_tools=True), [sample]))
+    bounds = sorted({c % (len(sample) + 1) for c in cuts} | {0, len(sample)})
+    pieces = [sample[a:b] for a, b in itertools.pairwise(bounds)]
+    deltas = run(OutputParser(parse_tools=True, stream_arguments=True), pieces)
+    streamed = streamed_message(deltas)
+    assert [c["function"] for c in streamed["tool_calls"]] == [c["function"] for c in whole.get("tool_calls", [])]
+    assert (streamed["content"] or None) == (whole["content"] or None)
+    assert all(c["id"].startswith("call_") and c["type"] == "function" for c in streamed["tool_calls"])
+
+
+def test_a_tool_call_streams_its_name_first_then_argument_pieces():
+    sample = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}</tool_call>'
+    deltas = run(OutputParser(parse_tools=True, stream_arguments=True), list(sample))  # a character a token
+    first, *rest = [delta_dict(d)["tool_calls"][0] for d in deltas]
+    assert first == {"index": 0, "id": first["id"], "type": "function",
+                     "function": {"name": "get_weather", "arguments": ""}}
+    assert len(rest) > 10 and all(set(p) == {"index", "function"} and set(p["function"]) == {"arguments"}
+                                  for p in rest)
+    assert "".join(p["function"]["arguments"] for p in rest) == '{"city": "Paris", "days": 3}'
+
+
+def test_a_streamed_call_that_turns_malformed_stays_a_call_with_its_arguments_object():
+    # what was sent cannot be taken back: the call keeps its name and the arguments object, the junk goes
+    for sample in ('<tool_call>{"name": "f", "arguments": {"a": 1}} trailing</tool_call>',
+                   '<tool_call>{"name": "f", "arguments": {"a": 1} trailing junk</tool_call>'):
+        streamed = streamed_message(run(OutputParser(parse_tools=True, stream_arguments=True), list(sample)))
+        assert [c["function"] for c in streamed["tool_calls"]] == [{"name": "f", "arguments": '{"a": 1}'}]
+        assert streamed["content"] is None
 
 
 @given(st.text(max_size=200))

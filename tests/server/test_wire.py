@@ -208,3 +208,37 @@ def test_ollama_show_names_fields_as_ollama_does(chat, tmp_path):
     assert shown.details.quantization_level.startswith("Q")  # the test models are exported with quant_bit
     [entry] = client.list().models
     assert entry.size > 0  # served from a directory: its files
+
+
+# ---------------------------------------------------------------- tool calls streamed as they are generated
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+toolcall = server_fixture("tiny-toolcall")  # a model that answers with a get_weather call
+
+
+def test_a_streamed_tool_call_arrives_name_first_then_argument_pieces(toolcall):
+    request = {"model": "any", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER],
+               "temperature": 0, "max_tokens": 300}
+    whole = toolcall.client.chat.completions.create(**request).choices[0].message.tool_calls[0]
+    pieces = [t for c in toolcall.client.chat.completions.create(**request, stream=True) if c.choices
+              for t in (c.choices[0].delta.tool_calls or [])]
+    first, rest = pieces[0], pieces[1:]
+    assert first.id.startswith("call_") and first.function.name == "get_weather" and first.index == 0
+    assert len(rest) >= 3 and all(p.id is None and p.function.name is None for p in rest)  # progress, piece by piece
+    assert "".join(p.function.arguments for p in rest) == whole.function.arguments
+    assert json.loads(whole.function.arguments) == {"city": "Paris"}
+
+
+def test_ollama_tool_calls_carry_an_id_and_their_index(toolcall):
+    import ollama
+
+    client = ollama.Client(host=f"http://127.0.0.1:{toolcall.port}")
+    reply = client.chat(model="any", messages=[{"role": "user", "content": "Weather in Paris?"}],
+                        tools=[WEATHER], options={"temperature": 0})
+    [call] = reply.message.tool_calls
+    assert call.function.name == "get_weather" and call.function.arguments == {"city": "Paris"}
+    status, _, raw = toolcall.request("POST", "/api/chat", json.dumps({
+        "model": "any", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER],
+        "stream": False, "options": {"temperature": 0}}))
+    wire = json.loads(raw)["message"]["tool_calls"][0]
+    assert status == 200 and wire["id"].startswith("call_") and wire["function"]["index"] == 0
