@@ -68,10 +68,11 @@ class GenerationResult:
     dropped_messages: int = 0  # oldest messages left out to fit the context (context_overflow="truncate")
     drafted_tokens: int = 0
     accepted_tokens: int = 0
+    prompt_ids: tuple[int, ...] = ()  # the prompt's token ids as generated from (Ollama's context)
 
     @classmethod
-    def from_outcome(cls, outcome: _mnn.GenerationOutcome, seed: int,
-                     dropped_messages: int = 0) -> GenerationResult:
+    def from_outcome(cls, outcome: _mnn.GenerationOutcome, seed: int, dropped_messages: int = 0,
+                     prompt_ids: tuple[int, ...] = ()) -> GenerationResult:
         """The result of one run of the native loop."""
         logprobs = None
         if outcome.logprobs is not None:
@@ -85,6 +86,7 @@ class GenerationResult:
             error=outcome.error_message or None, decode_forward_ms=outcome.decode_forward_ms,
             cached_tokens=outcome.cached_tokens, dropped_messages=dropped_messages,
             drafted_tokens=outcome.drafted_tokens, accepted_tokens=outcome.accepted_tokens,
+            prompt_ids=prompt_ids,
         )
 
     @property
@@ -143,6 +145,8 @@ class PreparedGeneration:
     config: GenerationConfig
     settings: _mnn.GenerationSettings
     grammar: tuple[str, str] | None  # (llguidance grammar, the option it came from)
+    #: token ids that come before the prompt's own (Ollama's context: an earlier exchange, continued)
+    prefix_ids: tuple[int, ...]
     #: the model's way to run it (renders, tokenizes, generates, then releases the claim)
     runner: Callable[[PreparedGeneration, TokenCallback | None, PromptCallback | None], GenerationResult]
 

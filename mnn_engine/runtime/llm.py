@@ -549,15 +549,17 @@ class Llm:
         enable_thinking = kwargs.pop("enable_thinking", None)
         tools = kwargs.pop("tools", None)
         tool_choice = kwargs.pop("tool_choice", None)
-        return self._prepare(prompt, config, enable_thinking, tools, kwargs, tool_choice)
+        prefix_ids = kwargs.pop("prefix_ids", ())
+        return self._prepare(prompt, config, enable_thinking, tools, kwargs, tool_choice, prefix_ids)
 
     def _prepare(self, prompt: Prompt, config: GenerationConfig | None,
                  enable_thinking: bool | None, tools: Any, sampling: dict[str, Any],
-                 tool_choice: Any = None) -> PreparedGeneration:
+                 tool_choice: Any = None, prefix_ids: Sequence[int] = ()) -> PreparedGeneration:
         """Validate what takes no tokenizing and claim the model, so errors
         (and ``busy``) surface in the caller's thread at once. Rendering and
         tokenizing the prompt happen in _run, on the generating thread, which
-        gives the claim back."""
+        gives the claim back. ``prefix_ids`` come before the prompt's own ids
+        (an earlier exchange's tokens, continued: Ollama's ``context``)."""
         self.require_kind("chat")
         gen = GenerationConfig.from_kwargs(config, **sampling)
         prompt = self.check_prompt(prompt, enable_thinking=enable_thinking, tools=tools)
@@ -569,7 +571,11 @@ class Llm:
         settings.ignore_eos = gen.ignore_eos
         settings.verify_serially = self._verify_serially
         grammar = structured.grammar_for(gen.response_format, gen.grammar, tools, tool_choice)
-        return PreparedGeneration(self.claim(), prompt, enable_thinking, tools, gen, settings, grammar, self._run)
+        if isinstance(prefix_ids, (str, bytes)) or not isinstance(prefix_ids, Sequence):
+            raise invalid("context", "must be a list of token ids")
+        prefix = tuple(self.checked_ids(prefix_ids, "context"))
+        return PreparedGeneration(self.claim(), prompt, enable_thinking, tools, gen, settings, grammar, prefix,
+                                  self._run)
 
     def _run(self, run: PreparedGeneration, callback: TokenCallback | None,
              on_prompt: PromptCallback | None = None) -> GenerationResult:
@@ -584,10 +590,12 @@ class Llm:
                     DEFAULT_ANSWER_RESERVE
                 text, ids, dropped = self._prompt_ids(run.core, run.prompt, run.enable_thinking, run.tools,
                                                       overflow=config.context_overflow, reserve=reserve)
+                if run.prefix_ids:
+                    ids = fitting_ids([*run.prefix_ids, *ids], self._context_limit)
                 # compiled here, on the generating thread: a big schema takes a while
                 constraint = structured.Constraint(self, *run.grammar) if run.grammar else None
             except PromptCancelled:
-                outcome = _mnn.GenerationOutcome()
+                outcome, ids = _mnn.GenerationOutcome(), []
             else:
                 if on_prompt is not None:
                     on_prompt(text, dropped)
@@ -602,7 +610,7 @@ class Llm:
                     run.core.forget()
         finally:
             run.claim.release()
-        result = GenerationResult.from_outcome(outcome, settings.seed, dropped)
+        result = GenerationResult.from_outcome(outcome, settings.seed, dropped, tuple(ids))
         self.last_result = result
         if result.finish_reason == "error":
             log.error("generation failed: %s", result.error)

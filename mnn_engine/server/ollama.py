@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from ..api.ollama import (
 from ..api.openai_chat import ChatRequest, ImagePolicy
 from ..errors import MnnEngineError, invalid
 from ..hub.sources import UrlPolicy
+from ..runtime.generation import GenerationResult
 from .app import BodyHandler, JsonHandler, active_model_name, error_body, model_capabilities
 from .session import GenerationSession
 
@@ -149,16 +150,20 @@ class _Generation(OllamaBodyHandler):
     """What /api/chat and /api/generate share: the generation, streamed as
     NDJSON (the default) or answered whole."""
 
-    async def generate(self, prompt: Any, request: ChatRequest, stream: bool, frame: Any) -> None:
-        """``frame(content, thinking, tool_calls)`` makes one line's payload."""
+    async def generate(self, prompt: Any, request: ChatRequest, stream: bool, frame: Any,
+                       done: Callable[[GenerationResult], dict[str, Any]] = lambda result: {},
+                       **options: Any) -> None:
+        """``frame(content, thinking, tool_calls)`` makes one line's payload,
+        ``done(result)`` what the last line adds; ``options`` go to the engine too."""
         started = time.perf_counter()
         session = GenerationSession(self, prompt, parse_tools=request.parse_tools,
                                     enable_thinking=request.enable_thinking, tools=request.tools,
-                                    tool_choice=request.tool_choice, **request.sampling)
+                                    tool_choice=request.tool_choice, **request.sampling, **options)
         if not stream:
             outcome = await session.whole()
             if outcome is not None:
-                self.send_json({**frame(*split_deltas(outcome.deltas)), **durations(outcome.result, started)})
+                self.send_json({**frame(*split_deltas(outcome.deltas)), **durations(outcome.result, started),
+                                **done(outcome.result)})
             return
 
         async def start() -> None:
@@ -171,7 +176,7 @@ class _Generation(OllamaBodyHandler):
 
         outcome = await session.stream(start, emit, self.send_error_line)
         if outcome is not None:
-            await self.send_line({**frame("", "", None), **durations(outcome.result, started)})
+            await self.send_line({**frame("", "", None), **durations(outcome.result, started), **done(outcome.result)})
         if not self.closed:
             self.finish()
 
@@ -235,8 +240,18 @@ class GenerateHandler(_Generation):
                 line["thinking"] = thinking
             return line
 
+        context = body.get("context")
+        if context is not None and (not isinstance(context, list) or
+                                    not all(isinstance(t, int) and not isinstance(t, bool) for t in context)):
+            raise invalid("context", "'context' must be a list of token ids (a /api/generate answer's context)")
+
+        def done(result: GenerationResult) -> dict[str, Any]:
+            # docs/api.md: the token context of this exchange; sent back, the next generation continues it
+            return {"context": [*result.prompt_ids, *result.token_ids]}
+
         try:
-            await self.generate(prompt if raw else request.messages, request, stream, frame)
+            await self.generate(prompt if raw else request.messages, request, stream, frame, done,
+                                prefix_ids=context or ())
         finally:
             request.cleanup()
 

@@ -242,3 +242,24 @@ def test_ollama_tool_calls_carry_an_id_and_their_index(toolcall):
         "stream": False, "options": {"temperature": 0}}))
     wire = json.loads(raw)["message"]["tool_calls"][0]
     assert status == 200 and wire["id"].startswith("call_") and wire["function"]["index"] == 0
+
+
+def test_ollama_generate_returns_its_context_and_continues_from_one(chat):
+    # docs/api.md: the final object's context is "an encoding of the conversation used in this response";
+    # sent back as "context", the next generation continues it
+    body = {"model": "tiny-scripted", "prompt": "Hi", "stream": False, "options": {"temperature": 0, "num_predict": 6}}
+    status, _, raw = chat.request("POST", "/api/generate", json.dumps(body))
+    first = json.loads(raw)
+    context = first["context"]
+    assert status == 200 and context and all(isinstance(t, int) for t in context)
+    assert len(context) == first["prompt_eval_count"] + first["eval_count"]  # the prompt's ids, then the answer's
+    again = json.loads(chat.request("POST", "/api/generate", json.dumps({**body, "context": context}))[2])
+    assert again["prompt_eval_count"] > len(context)  # the earlier exchange, then the new prompt
+    assert again["context"][:len(context)] == context
+    lines = [json.loads(line) for line in chat.request("POST", "/api/generate", json.dumps(
+        {**body, "stream": True, "context": context}))[2].splitlines()]
+    assert lines[-1]["done"] and lines[-1]["context"][:len(context)] == context
+    status, _, raw = chat.request("POST", "/api/generate", json.dumps({**body, "context": [10**9]}))
+    assert status == 400 and json.loads(raw)["code"] == "invalid_argument"
+    status, _, raw = chat.request("POST", "/api/generate", json.dumps({**body, "context": "abc"}))
+    assert status == 400
