@@ -127,12 +127,23 @@ def _arguments_object(text: str) -> Any:
     return value if isinstance(value, dict) else {}
 
 
+#: Ollama's think levels (api/types.go ThinkValue)
+THINK_LEVELS = ("low", "medium", "high")
+
+
 def chat_request(body: Mapping[str, Any], messages: Any, policy: ImagePolicy) -> ChatRequest:
     openai_body: dict[str, Any] = {"messages": messages}
     if body.get("tools"):
         openai_body["tools"] = body["tools"]
-    if isinstance(body.get("think"), bool):
-        openai_body["chat_template_kwargs"] = {"enable_thinking": body["think"]}
+    think = body.get("think")
+    if isinstance(think, str) and think in THINK_LEVELS:
+        # Ollama's levels set a reasoning budget for models that have one (gpt-oss); the chat templates
+        # served here only switch thinking on or off, so any level is on (the README says so)
+        think = True
+    if think is not None and not isinstance(think, bool):
+        raise invalid("think", f"'think' must be true, false or one of {', '.join(THINK_LEVELS)}")
+    if isinstance(think, bool):
+        openai_body["chat_template_kwargs"] = {"enable_thinking": think}
     request = parse_chat_request(openai_body, policy)
     try:
         request.sampling.update(sampling_options(body))

@@ -263,3 +263,19 @@ def test_ollama_generate_returns_its_context_and_continues_from_one(chat):
     assert status == 400 and json.loads(raw)["code"] == "invalid_argument"
     status, _, raw = chat.request("POST", "/api/generate", json.dumps({**body, "context": "abc"}))
     assert status == 400
+
+
+@pytest.mark.parametrize(("think", "status"), [("low", 200), ("medium", 200), ("high", 200), (True, 200),
+                                               ("extreme", 400), (3, 400)])
+def test_ollama_think_levels_are_thinking_on(chat, think, status):
+    body = {"model": "tiny-scripted", "messages": [{"role": "user", "content": "Hi"}], "think": think,
+            "stream": False, "options": {"num_predict": 2}}
+    got, _, raw = chat.request("POST", "/api/chat", json.dumps(body))
+    assert got == status, raw
+    if status == 200:
+        from mnn_engine.api.ollama import chat_request
+        from mnn_engine.api.openai_chat import ImagePolicy
+
+        assert chat_request(body, body["messages"], ImagePolicy()).enable_thinking is True
+    if status == 400:
+        assert json.loads(raw)["code"] == "invalid_argument" and "think" in json.loads(raw)["error"]
