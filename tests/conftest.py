@@ -34,3 +34,46 @@ thinking_model = _session_model("tiny-thinking")
 @pytest.fixture
 def chat():
     return [{"role": "user", "content": "Who are you?"}]
+
+
+# ---------------------------------------------------------------- every OpenAI answer fits OpenAI's schema
+# Whatever a test sends, each answer of an OpenAI route (/v1/...) is checked at the server, as it is
+# written, against OpenAI's own JSON schema for it (tests/openai_schemas.py); a test whose requests got
+# an answer that does not fit fails (issue 26).
+_schema_violations: list[str] = []
+
+
+def _watch_openai_answers() -> None:
+    import json
+
+    from mnn_engine.server.app import BodyHandler, JsonHandler
+
+    plain, event = JsonHandler.send_json_bytes, BodyHandler.send_event
+
+    def send_json_bytes(self, body: bytes, status: int = 200) -> None:
+        _record(self.request.path, status, json.loads(body), False)
+        plain(self, body, status)
+
+    async def send_event(self, data) -> None:
+        _record(self.request.path, 200, data, True)
+        await event(self, data)
+
+    JsonHandler.send_json_bytes, BodyHandler.send_event = send_json_bytes, send_event
+
+
+def _record(path: str, status: int, body, streamed: bool) -> None:
+    from openai_schemas import check
+
+    _schema_violations.extend(f"{path} ({status}): {problem}" for problem in check(path, status, body, streamed))
+
+
+_watch_openai_answers()
+
+
+@pytest.fixture(autouse=True)
+def openai_answers_fit_openais_schemas():
+    start = len(_schema_violations)
+    yield
+    new = _schema_violations[start:]
+    if new:
+        pytest.fail(f"{len(new)} answer(s) do not fit OpenAI's schema:\n" + "\n".join(new[:20]))

@@ -129,7 +129,10 @@ def test_tool_calls_streamed(toolcall_server):
     chunks = list(toolcall_server.client.chat.completions.create(model="m", messages=CHAT, tools=WEATHER,
                                                                  temperature=0, stream=True))
     calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
-    assert len(calls) == 1 and calls[0].index == 0 and calls[0].function.name == "get_weather"
+    # OpenAI's shape: the first piece names the call, the rest carry its arguments
+    assert calls[0].index == 0 and calls[0].function.name == "get_weather" and calls[0].id.startswith("call_")
+    assert all(c.index == 0 and c.function.name is None for c in calls[1:])
+    json.loads("".join(c.function.arguments or "" for c in calls))
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
 
 

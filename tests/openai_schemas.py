@@ -1,0 +1,80 @@
+"""OpenAI's own JSON schemas for what the OpenAI routes answer, vendored from
+the MIT-licensed openai/openai-openapi document (``tests/schemas/
+openai_components.json``: its commit is inside; ``tools/openapi/
+vendor_openai_schemas.py`` makes it). ``check(path, status, body, streamed)``
+names the schema that fits an answer and returns what does not match it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+DOCUMENT = json.loads((Path(__file__).parent / "schemas" / "openai_components.json").read_text())
+_REGISTRY = Registry().with_resource("urn:openai", Resource.from_contents(
+    {"components": DOCUMENT["components"]}, default_specification=DRAFT202012))
+_VALIDATORS: dict[str, Draft202012Validator] = {}
+
+
+def violations(schema: str, instance: Any) -> list[str]:
+    """What of ``instance`` does not fit OpenAI's component schema ``schema``."""
+    validator = _VALIDATORS.get(schema)
+    if validator is None:
+        validator = _VALIDATORS[schema] = Draft202012Validator(
+            {"$ref": f"urn:openai#/components/schemas/{schema}"}, registry=_REGISTRY)
+    return [f"{schema} at /{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(instance)]
+
+
+def schema_for(path: str, status: int, streamed: bool) -> str | None:
+    """The schema an answer of an OpenAI route must fit (None: not an OpenAI route or answer)."""
+    if not path.startswith("/v1/"):
+        return None
+    if status >= 400:
+        return "ErrorResponse"
+    if path == "/v1/chat/completions":
+        return "CreateChatCompletionStreamResponse" if streamed else "CreateChatCompletionResponse"
+    return {"/v1/completions": "CreateCompletionResponse", "/v1/embeddings": "CreateEmbeddingResponse",
+            "/v1/models": "ListModelsResponse"}.get(path, "Model" if path.startswith("/v1/models/") else None)
+
+
+def check(path: str, status: int, body: Any, streamed: bool = False) -> list[str]:
+    """What of an answer (its JSON) does not fit the schema of its route."""
+    if streamed and isinstance(body, dict) and "error" in body:
+        return violations("ErrorResponse", body)  # a failure after the stream started
+    schema = schema_for(path, status, streamed)
+    if schema is None:
+        return []
+    return violations(schema, _as_the_document_describes(path, body, streamed))
+
+
+def _as_the_document_describes(path: str, body: Any, streamed: bool) -> Any:
+    """The two answers the document describes by another shape than the API sends them:
+    - legacy completions streamed: the API sends CreateCompletionResponse chunks with
+      ``finish_reason: null`` until the last (the document only has the non-streamed object,
+      whose finish_reason is required);
+    - embeddings with ``encoding_format: base64``: ``embedding`` is the base64 string of
+      little-endian float32s (the document only types the float list).
+    Each is checked as the object the document describes, the rest of it unchanged."""
+    if not isinstance(body, dict):
+        return body
+    if streamed and path == "/v1/completions":
+        choices = [dict(c, finish_reason=c.get("finish_reason") or "stop") if isinstance(c, dict) else c
+                   for c in body.get("choices", [])]
+        return {**body, "choices": choices}
+    if path == "/v1/embeddings" and isinstance(body.get("data"), list):
+        data = [dict(d, embedding=_floats(d["embedding"])) if isinstance(d, dict) and
+                isinstance(d.get("embedding"), str) else d for d in body["data"]]
+        return {**body, "data": data}
+    return body
+
+
+def _floats(encoded: str) -> Any:
+    import base64
+    import struct
+
+    raw = base64.b64decode(encoded)
+    return list(struct.unpack(f"<{len(raw) // 4}f", raw)) if len(raw) % 4 == 0 else encoded
