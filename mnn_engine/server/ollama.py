@@ -194,6 +194,10 @@ class _Generation(OllamaBodyHandler):
 class ChatHandler(_Generation):
     async def post(self) -> None:
         model, body, stream, policy = self.begin()
+        if body.get("messages") == []:  # docs/api.md: empty messages only load the model (it is loaded)
+            self.send_json({"model": tagged(model), "created_at": now(),
+                            "message": {"role": "assistant", "content": ""}, "done_reason": "load", "done": True})
+            return
         request = chat_request(body, openai_messages(body.get("messages")), policy)
 
         def frame(content: str, thinking: str, calls: Any) -> dict[str, Any]:

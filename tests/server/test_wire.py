@@ -279,3 +279,39 @@ def test_ollama_think_levels_are_thinking_on(chat, think, status):
         assert chat_request(body, body["messages"], ImagePolicy()).enable_thinking is True
     if status == 400:
         assert json.loads(raw)["code"] == "invalid_argument" and "think" in json.loads(raw)["error"]
+
+
+# ---------------------------------------------------------------- Ollama's own docs/api.md examples
+OLLAMA_DOCS = json.loads((REPO / "tests" / "schemas" / "ollama_api_examples.json").read_text())
+#: examples this server refuses on purpose: their documented status and the reason it gives
+OLLAMA_REFUSED = {
+    "(with suffix)": "suffix",  # fill-in-the-middle needs a FIM template: 400 "'suffix' is not supported"
+    '"images"': "text-only",  # the test models have no vision encoder (issue 31): 400 "this model is text-only"
+}
+#: an example that cannot run here at all
+OLLAMA_NOT_HERE = {"/api/pull": "downloads a model from a hub: no network here (tests/store covers pulls)"}
+
+
+@pytest.mark.parametrize("example", OLLAMA_DOCS["examples"], ids=lambda e: f"{e['route']} {e['section']}")
+def test_ollamas_documented_curl_examples_run_as_written(chat, embedder, example):
+    if example["route"] in OLLAMA_NOT_HERE:
+        pytest.skip(OLLAMA_NOT_HERE[example["route"]])
+    refused = next((why for key, why in OLLAMA_REFUSED.items()
+                    if key in example["section"] or key in example["command"]), None)
+    live = embedder if example["route"] in ("/api/embed", "/api/embeddings") else chat
+    name = "tiny-embedding" if live is embedder else "tiny-scripted"
+    # as written, but at this server and with its model's name (the docs name llama3.2, llava, all-minilm...)
+    command = example["command"].replace("http://localhost:11434", f"http://127.0.0.1:{live.port}")
+    command = re.sub(r'"model": "[^"]*"', f'"model": "{name}"', command)
+    # one example annotates its JSON with // lines, which no JSON parser takes (Ollama's neither)
+    command = "\n".join(line for line in command.splitlines() if not line.strip().startswith("//"))
+    done = subprocess.run(["bash", "-c", command + ' -s -w "\\n%{http_code}" --max-time 60'],
+                          capture_output=True, text=True, timeout=90)
+    body, _, status = done.stdout.rpartition("\n")
+    if refused is not None:
+        assert status == "400" and refused in json.loads(body)["error"], body
+        return
+    assert done.returncode == 0 and status == "200", (example["section"], status, body[-500:])
+    last = json.loads(body.strip().splitlines()[-1])  # a stream's last object, or the answer
+    missing = set(example["documented_fields"]) - set(last)
+    assert not missing, (example["section"], missing, last)
