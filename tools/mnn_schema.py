@@ -61,6 +61,10 @@ def derive(schema_dir: Path) -> dict[str, object]:
         "op_main_type": slot(tables, unions, "Op", "main") - 1,
         "op_main": slot(tables, unions, "Op", "main"),
         "op_outputs": slot(tables, unions, "Op", "outputIndexes"),
+        "convolution2d": members.index("Convolution2D") + 1,
+        "conv_common": slot(tables, unions, "Convolution2D", "common"),
+        "common": [slot(tables, unions, "Convolution2DCommon", f)
+                   for f in ("kernelX", "kernelY", "group", "outputCount", "inputCount")],
         # union member number -> slot of its `external: [int64]` field
         "external": {str(members.index(name) + 1): slot(tables, unions, name, "external")
                      for name in members if name in tables and any(f == "external" for f, _ in tables[name])},

@@ -30,6 +30,11 @@ OP_OUTPUTS = 4
 #: OpParameter member number -> slot of its ``external: [int64]`` field
 #: (Blob, Convolution2D, Scale, Convolution3D, LayerNorm, GroupNorm).
 EXTERNAL_SLOTS = {7: 9, 9: 6, 58: 3, 80: 3, 88: 5, 95: 6}
+#: OpParameter member number of Convolution2D (llmexport's linear layers), its ``common``
+#: slot, and Convolution2DCommon's kernelX, kernelY, group, outputCount, inputCount slots
+CONVOLUTION2D = 9
+CONV_COMMON = 0
+COMMON_KERNEL_X, COMMON_KERNEL_Y, COMMON_GROUP, COMMON_OUTPUT_COUNT, COMMON_INPUT_COUNT = 2, 3, 9, 10, 11
 
 MAX_OPS = 10_000_000
 
@@ -42,6 +47,9 @@ class GraphError(ValueError):
 class GraphSummary:
     ops: int
     weight_extent: int  # bytes of the external weight file the ops refer to
+    #: weights of the graph's convolutions, which hold every linear layer of an llmexport
+    #: model; the embedding table, when it is a file of its own, is not in the graph
+    conv_parameters: int = 0
 
 
 class _Reader:
@@ -93,6 +101,10 @@ class _Table:
         pos = self.field(slot)
         return 0 if pos is None else self.r._unpack("<B", pos)
 
+    def int32(self, slot: int, default: int) -> int:
+        pos = self.field(slot)
+        return default if pos is None else self.r._unpack("<i", pos)
+
     def table(self, slot: int) -> _Table | None:
         pos = self.field(slot)
         return None if pos is None else self.r.table(pos + self.r.u32(pos))
@@ -137,6 +149,7 @@ def read_graph(data: bytes) -> GraphSummary:
     if not ops:
         raise GraphError("the graph has no operators")
     extent = 0
+    parameters = 0
     for op in ops:
         op.vector(OP_INPUTS, 4)
         op.vector(OP_OUTPUTS, 4)
@@ -148,7 +161,22 @@ def read_graph(data: bytes) -> GraphSummary:
                 if any(v < 0 for v in external):
                     raise GraphError("negative external weight offset or size")
                 extent = max(extent, sum(external))
-    return GraphSummary(len(ops), extent)
+        if main is not None and kind == CONVOLUTION2D:
+            parameters += _conv_parameters(main)
+    return GraphSummary(len(ops), extent, parameters)
+
+
+def _conv_parameters(conv: _Table) -> int:
+    """The weights of one convolution, from its shape (whatever their quantisation)."""
+    common = conv.table(CONV_COMMON)
+    if common is None:
+        return 0
+    outputs, inputs = common.int32(COMMON_OUTPUT_COUNT, 0), common.int32(COMMON_INPUT_COUNT, 0)
+    kernel = common.int32(COMMON_KERNEL_X, 1) * common.int32(COMMON_KERNEL_Y, 1)
+    group = max(common.int32(COMMON_GROUP, 1), 1)
+    if min(outputs, inputs, kernel) <= 0:
+        return 0
+    return outputs * (inputs // group) * kernel
 
 
 def read_graph_file(path: Path) -> GraphSummary:

@@ -10,6 +10,7 @@ of the weights the graph refers to.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path, PurePosixPath
@@ -197,3 +198,38 @@ def display_name(model_dir: Path, fallback: str) -> str:
             if isinstance(data.get(key), str) and data[key].strip():
                 return data[key].strip()
     return fallback
+
+
+def parameter_count(config_path: Path, config: dict[str, Any]) -> int:
+    """The model's parameters as its files hold them: the weights of the
+    graph's convolutions (every linear layer, the output head included) and
+    the embedding table when it is a file of its own (bf16: two bytes a
+    value). Norm weights are left out (a few thousand). 0 when unreadable.
+    Reads the graph once per version of the file."""
+    files = model_files(config_path, config)
+    graph = files["llm_model"]
+    embedding = files.get("embedding_file")
+    try:
+        key = (str(graph), graph.stat().st_mtime_ns, graph.stat().st_size)
+        table = embedding.stat().st_size // 2 if embedding is not None and embedding.is_file() else 0
+    except OSError:
+        return 0
+    return _conv_parameters(key) + table
+
+
+@functools.lru_cache(maxsize=16)
+def _conv_parameters(key: tuple[str, int, int]) -> int:
+    try:
+        return read_graph_file(Path(key[0])).conv_parameters
+    except (OSError, GraphError):
+        return 0
+
+
+def parameter_size(count: int) -> str:
+    """Ollama's way of writing a parameter count: ``135.0M``, ``1.7B`` ("" for 0)."""
+    if count <= 0:
+        return ""
+    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if count >= scale:
+            return f"{count / scale:.1f}{unit}"
+    return str(count)

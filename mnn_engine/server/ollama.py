@@ -41,6 +41,7 @@ from ..api.openai_chat import ChatRequest, ImagePolicy
 from ..errors import MnnEngineError, invalid
 from ..hub.sources import UrlPolicy
 from ..runtime.generation import GenerationResult
+from ..runtime.model_files import parameter_count, parameter_size
 from .app import BodyHandler, JsonHandler, active_model_name, error_body, model_capabilities
 from .session import GenerationSession
 
@@ -60,12 +61,13 @@ def _quantization(model_dir: Path) -> str:
     return f"Q{bits}" + (f"_B{block}" if isinstance(block, int) and not isinstance(block, bool) and block else "")
 
 
-def _details(engine: Any) -> dict[str, Any]:
-    llm = engine.llm
+def _facts(llm: Any) -> tuple[dict[str, Any], int]:
+    """Ollama's ``details`` of a model and its parameter count, from its files
+    (reads the graph once: run off the IOLoop)."""
     family = str(llm.file_config.get("model_type", ""))
-    # parameter_size stays "" until it is read from the graph's weights (not estimated from file sizes)
-    return {"parent_model": "", "format": "mnn", "family": family, "families": [family] if family else None,
-            "parameter_size": "", "quantization_level": _quantization(llm.model_dir)}
+    count = parameter_count(llm.config_path, llm.file_config)
+    return ({"parent_model": "", "format": "mnn", "family": family, "families": [family] if family else None,
+             "parameter_size": parameter_size(count), "quantization_level": _quantization(llm.model_dir)}, count)
 
 
 def _directory_bytes(path: Path) -> int:
@@ -73,6 +75,7 @@ def _directory_bytes(path: Path) -> int:
 
 
 def _model_entry(engine: Any, name: str) -> dict[str, Any]:
+    """An entry of /api/tags and /api/ps (reads the model's files: run off the IOLoop)."""
     snap = engine.snapshot()["model"]
     size = 0
     digest = hashlib.sha256(name.encode()).hexdigest()
@@ -83,7 +86,7 @@ def _model_entry(engine: Any, name: str) -> dict[str, Any]:
     else:  # served from a directory
         size = _directory_bytes(engine.llm.model_dir)
     return {"name": tagged(name), "model": tagged(name), "modified_at": now(), "size": size, "digest": digest,
-            "details": _details(engine)}
+            "details": _facts(engine.llm)[0]}
 
 
 class OllamaHandler(JsonHandler):
@@ -103,18 +106,20 @@ class VersionHandler(OllamaHandler):
 
 
 class TagsHandler(OllamaHandler):
-    def get(self) -> None:
+    async def get(self) -> None:
         name = active_model_name(self.ctx.engine)
-        self.send_json({"models": [] if name is None else [_model_entry(self.ctx.engine, name)]})
+        entries = [] if name is None else [
+            await asyncio.wrap_future(self.ctx.text_work.submit(_model_entry, self.ctx.engine, name))]
+        self.send_json({"models": entries})
 
 
 class PsHandler(OllamaHandler):
-    def get(self) -> None:
+    async def get(self) -> None:
         name = active_model_name(self.ctx.engine)
         if name is None:
             self.send_json({"models": []})
             return
-        entry = _model_entry(self.ctx.engine, name)
+        entry = await asyncio.wrap_future(self.ctx.text_work.submit(_model_entry, self.ctx.engine, name))
         entry.update(expires_at="9999-12-31T23:59:59Z", size_vram=0,
                      context_length=self.ctx.engine.llm.context_limit)
         self.send_json({"models": [entry]})
@@ -138,9 +143,10 @@ class ShowHandler(OllamaBodyHandler):
         engine = self.ctx.engine
         architecture = str(engine.llm.file_config.get("model_type", "")) or "mnn"
         capabilities = model_capabilities(engine)
-        self.send_json({"modelfile": "", "parameters": "", "template": "", "details": _details(engine),
+        details, count = await asyncio.wrap_future(self.ctx.text_work.submit(_facts, engine.llm))
+        self.send_json({"modelfile": "", "parameters": "", "template": "", "details": details,
                         # Ollama's key is <architecture>.context_length (e.g. qwen3.context_length): tools read it
-                        "model_info": {"general.architecture": architecture,
+                        "model_info": {"general.architecture": architecture, "general.parameter_count": count,
                                        f"{architecture}.context_length": engine.llm.context_limit,
                                        "context_length": engine.llm.context_limit},
                         "capabilities": capabilities, "modified_at": now(), "name": tagged(name)})

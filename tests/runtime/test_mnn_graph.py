@@ -35,6 +35,9 @@ def test_slots_match_mnn_schema():
     assert (derived["net_oplists"], derived["net_subgraphs"], derived["subgraph_nodes"]) == (
         mnn_graph.NET_OPLISTS, mnn_graph.NET_SUBGRAPHS, mnn_graph.SUBGRAPH_NODES)
     assert derived["net_output_names"] == mnn_graph.NET_OUTPUT_NAMES
+    assert (derived["convolution2d"], derived["conv_common"]) == (mnn_graph.CONVOLUTION2D, mnn_graph.CONV_COMMON)
+    assert derived["common"] == [mnn_graph.COMMON_KERNEL_X, mnn_graph.COMMON_KERNEL_Y, mnn_graph.COMMON_GROUP,
+                                 mnn_graph.COMMON_OUTPUT_COUNT, mnn_graph.COMMON_INPUT_COUNT]
     assert (derived["op_inputs"], derived["op_main_type"], derived["op_main"], derived["op_outputs"]) == (
         mnn_graph.OP_INPUTS, mnn_graph.OP_MAIN_TYPE, mnn_graph.OP_MAIN, mnn_graph.OP_OUTPUTS)
 
@@ -69,3 +72,26 @@ def test_random_bytes_and_tiny_files_are_refused():
     for blob in (b"", b"\0" * 7, b"\xff" * 64, random.Random(7).randbytes(4096)):
         with pytest.raises(GraphError):
             read_graph(blob)
+
+
+def test_the_parameter_count_is_the_source_models_own():
+    # SmolLM2-135M (HuggingFaceTB/SmolLM2-135M config.json): hidden 576, 30 layers, 9 heads and 3 KV
+    # heads of 64, MLP 1536, vocabulary 49152, tied embeddings. Its safetensors hold 134,515,008
+    # values: these linear layers and the table, and 61 norm vectors of 576, which the count leaves out.
+    from mnn_engine.runtime.model_files import parameter_count, parameter_size, read_config
+
+    hidden, layers, kv, mlp, vocab = 576, 30, 3 * 64, 1536, 49152
+    linear = layers * (2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * mlp) + vocab * hidden
+    assert linear + (2 * layers + 1) * hidden == 134_515_008
+    config = test_model_dir("smollm2-135m") / "config.json"
+    assert parameter_count(config, read_config(config)) == linear
+    assert parameter_size(linear) == "134.5M" and parameter_size(1_720_000_000) == "1.7B"
+
+
+def test_a_separate_embedding_file_counts_as_its_bf16_values():
+    from mnn_engine.runtime.model_files import parameter_count, read_config
+
+    config = test_model_dir("tiny-scripted") / "config.json"
+    graph_only = mnn_graph.read_graph_file(config.parent / "llm.mnn").conv_parameters
+    table = (config.parent / "embeddings_bf16.bin").stat().st_size // 2
+    assert parameter_count(config, read_config(config)) == graph_only + table > graph_only > 0

@@ -206,6 +206,8 @@ def test_ollama_show_names_fields_as_ollama_does(chat, tmp_path):
     assert architecture and shown.modelinfo[f"{architecture}.context_length"] == chat.engine.llm.context_limit
     assert shown.details.families == [shown.details.family]
     assert shown.details.quantization_level.startswith("Q")  # the test models are exported with quant_bit
+    count = shown.modelinfo["general.parameter_count"]
+    assert count > 10**6 and shown.details.parameter_size.endswith("M")  # read from the graph's weights
     [entry] = client.list().models
     assert entry.size > 0  # served from a directory: its files
 
