@@ -33,6 +33,19 @@ def tagged(name: str) -> str:
     return name if ":" in name else f"{name}:latest"
 
 
+def _normalized(name: str) -> str:
+    name = name.strip().lower().removesuffix(":latest")
+    return "".join("-" if c in ":._/" else c for c in name)
+
+
+def names_the_model(asked: str, *names: str | None) -> bool:
+    """Whether a request's ``model`` names the served model: its name or store
+    ID, with or without ``:latest``, also written Ollama's way (``qwen3:0.6b``
+    for the store's ``qwen3-0-6b``)."""
+    wanted = _normalized(asked)
+    return bool(wanted) and any(name and _normalized(name) == wanted for name in names)
+
+
 def sampling_options(body: Mapping[str, Any]) -> dict[str, Any]:
     options = body.get("options") or {}
     if not isinstance(options, Mapping):

@@ -31,6 +31,7 @@ from ..api.ollama import (
     OLLAMA_VERSION,
     chat_request,
     durations,
+    names_the_model,
     now,
     openai_messages,
     split_deltas,
@@ -128,6 +129,20 @@ class PsHandler(OllamaHandler):
 class OllamaBodyHandler(BodyHandler, OllamaHandler):
     """A POST route of Ollama's, and NDJSON streams."""
 
+    def model_named_in(self, body: Any) -> str:
+        """The served model's name, when ``body``'s ``model`` names it: as
+        Ollama, 400 without a model and 404 for a model it does not have."""
+        name = self.require_model()
+        asked = body.get("model") if isinstance(body, Mapping) else None
+        if asked is None or asked == "":
+            raise MnnEngineError("invalid_argument", "model is required", param="model")  # Ollama's words
+        if not isinstance(asked, str):
+            raise invalid("model", "'model' must be a string")
+        if not names_the_model(asked, name, self.ctx.engine.active_model_id):
+            raise MnnEngineError("model_not_found", f'model "{asked}" not found, try pulling it first',
+                                 param="model")
+        return name
+
     async def send_line(self, data: Any) -> None:
         await self.send_now(jsonutil.dumps(data) + b"\n")
 
@@ -138,8 +153,7 @@ class OllamaBodyHandler(BodyHandler, OllamaHandler):
 
 class ShowHandler(OllamaBodyHandler):
     async def post(self) -> None:
-        self.parse_body()
-        name = self.require_model()
+        name = self.model_named_in(self.parse_body())
         engine = self.ctx.engine
         architecture = str(engine.llm.file_config.get("model_type", "")) or "mnn"
         capabilities = model_capabilities(engine)
@@ -188,10 +202,11 @@ class _Generation(OllamaBodyHandler):
 
     def begin(self) -> tuple[str, Mapping[str, Any], bool, ImagePolicy]:
         """What both routes check first: the model, the body, whether to stream, the image policy."""
-        model = self.require_model()
+        self.require_model()
         body = self.parse_body()
         if not isinstance(body, Mapping):
             raise invalid("body", "the request body must be a JSON object")
+        model = self.model_named_in(body)
         policy = ImagePolicy(model_is_visual=bool(self.ctx.engine.llm.file_config.get("is_visual")),
                              allow_file_urls=False)
         return model, body, stream_flag(body), policy
@@ -343,10 +358,11 @@ class EmbedHandler(OllamaBodyHandler):
     of refusing it; ``dimensions`` keeps the first N values."""
 
     async def post(self) -> None:
-        model = self.require_model()
+        self.require_model()
         body = self.parse_body()
         if not isinstance(body, Mapping):
             raise invalid("body", "the request body must be a JSON object")
+        model = self.model_named_in(body)
         inputs = body.get("input")
         if not isinstance(inputs, str) and not (isinstance(inputs, list) and all(isinstance(t, str) for t in inputs)):
             raise invalid("input", "'input' must be a string or a list of strings")
@@ -371,6 +387,7 @@ class LegacyEmbeddingsHandler(OllamaBodyHandler):
     async def post(self) -> None:
         self.require_model()
         body = self.parse_body()
+        self.model_named_in(body)
         prompt = body.get("prompt") if isinstance(body, Mapping) else None
         if not isinstance(prompt, str):
             raise invalid("prompt", "'prompt' must be a string")

@@ -144,14 +144,14 @@ _OLLAMA_COMMON = {"model": {"type": "string", "description": "ignored: the activ
                   "think": {"type": "boolean"},
                   "format": {"oneOf": [{"type": "string", "enum": ["json"]}, {"type": "object"}]}}
 
-_OLLAMA_CHAT = {"type": "object", "required": ["messages"], "properties": {
+_OLLAMA_CHAT = {"type": "object", "required": ["model", "messages"], "properties": {
     **_OLLAMA_COMMON, "messages": {"type": "array", "minItems": 1, "items": {
         "type": "object", "required": ["role", "content"], "properties": {
             "role": {"type": "string", "enum": ["system", "user", "assistant", "tool"]},
             "content": {"type": "string"}, "images": {"type": "array", "items": {"type": "string"}}}}},
     "tools": {"type": "array", "items": {"type": "object"}}}}
 
-_OLLAMA_GENERATE = {"type": "object", "properties": {
+_OLLAMA_GENERATE = {"type": "object", "required": ["model"], "properties": {
     **_OLLAMA_COMMON, "prompt": {"type": "string"}, "system": {"type": "string"}, "raw": {"type": "boolean"}}}
 
 
@@ -169,6 +169,8 @@ def _get(summary: str, **content: Any) -> dict[str, Any]:
 
 
 _GENERATION_ERRORS = (400, 401, 413, 415, 422, 429, 500, 503)
+#: Ollama's routes also answer 404 for a model they do not serve (as Ollama does), and need "model"
+_OLLAMA_ERRORS = (*_GENERATION_ERRORS, 404)
 _NDJSON = {"application/json": {"schema": {"type": "object"}}, "application/x-ndjson": {"schema": {"type": "string"}}}
 _TEXT = {"type": "object", "required": ["content"], "properties": {"content": {"type": "string"},
                                                                      "with_pieces": {"type": "boolean"}}}
@@ -232,27 +234,28 @@ def openapi_spec() -> dict[str, Any]:
             "/api/version": _get("Ollama: the API version"),
             "/api/tags": _get("Ollama: the models (the loaded one)"),
             "/api/ps": _get("Ollama: the running model"),
-            "/api/show": _post("Ollama: the loaded model's details", {"type": "object", "properties": {
-                "model": {"type": "string"}}}, (400, 401, 413, 415, 503)),
+            "/api/show": _post("Ollama: the loaded model's details", {"type": "object", "required": ["model"],
+                                                                      "properties": {"model": {"type": "string"}}},
+                               (400, 401, 404, 413, 415, 503)),
             "/api/chat": _post("Ollama: a chat answer, NDJSON lines or one object", _OLLAMA_CHAT,
-                               _GENERATION_ERRORS, **_NDJSON),
+                               _OLLAMA_ERRORS, **_NDJSON),
             "/api/generate": _post("Ollama: a completion of a prompt, NDJSON lines or one object", _OLLAMA_GENERATE,
-                                   _GENERATION_ERRORS, **_NDJSON),
+                                   _OLLAMA_ERRORS, **_NDJSON),
             "/api/pull": _post("Ollama: pull a model into the store (catalog name, hf:, modelscope: or a manifest "
                                "URL)", {"type": "object", "required": ["model"], "properties": {
                                    "model": {"type": "string"}, "stream": {"type": "boolean"}}},
                                (400, 401, 404, 409, 413, 415, 422, 502, 507), **_NDJSON),
             "/api/embed": _post("Ollama: unit-length embeddings of a text or texts", {
-                "type": "object", "required": ["input"], "properties": {
+                "type": "object", "required": ["model", "input"], "properties": {
                     "model": {"type": "string"}, "truncate": {"type": "boolean"},
                     "dimensions": {"type": "integer", "minimum": 1}, "keep_alive": {"oneOf": [{"type": "string"},
                                                                                              _INTEGER]},
                     "options": _OLLAMA_OPTIONS,
                     "input": {"oneOf": [{"type": "string", "minLength": 1},
                                         {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}]},
-                }}, _GENERATION_ERRORS),
+                }}, _OLLAMA_ERRORS),
             "/api/embeddings": _post("Ollama (older route): the embedding of one prompt", {
-                "type": "object", "required": ["prompt"], "properties": {
-                    "model": {"type": "string"}, "prompt": {"type": "string", "minLength": 1}}}, _GENERATION_ERRORS),
+                "type": "object", "required": ["model", "prompt"], "properties": {
+                    "model": {"type": "string"}, "prompt": {"type": "string", "minLength": 1}}}, _OLLAMA_ERRORS),
         },
     }

@@ -167,7 +167,8 @@ def test_ollama_client_chat_generate_and_models(scripted):
 
 
 def test_ollama_raw_ndjson(scripted):
-    status, hdrs, raw = _post(scripted, "/api/chat", {"model": "x", "messages": CHAT, "options": {"temperature": 0}})
+    status, hdrs, raw = _post(scripted, "/api/chat", {"model": "tiny-scripted", "messages": CHAT,
+                                                      "options": {"temperature": 0}})
     assert status == 200 and hdrs["content-type"] == "application/x-ndjson"
     lines = [json.loads(line) for line in raw.decode().splitlines()]
     assert all(set(line) >= {"model", "created_at", "message", "done"} for line in lines)
@@ -178,7 +179,7 @@ def test_ollama_raw_ndjson(scripted):
 def test_ollama_errors_carry_ollamas_error_text(scripted):
     client = _ollama(scripted, KEY)
     with pytest.raises(ollama.ResponseError) as err:
-        client.chat(model="x", messages=CHAT, options={"temperature": -1})
+        client.chat(model="tiny-scripted", messages=CHAT, options={"temperature": -1})
     assert err.value.status_code == 400 and "temperature" in err.value.error
     with pytest.raises(ollama.ResponseError) as err:
         _ollama(scripted).list()  # no key
@@ -186,12 +187,12 @@ def test_ollama_errors_carry_ollamas_error_text(scripted):
 
 
 def test_ollama_tools_format_and_think(toolcall, tiny):
-    response = _ollama(toolcall).chat(model="x", messages=CHAT, tools=[WEATHER], options={"temperature": 0})
+    response = _ollama(toolcall).chat(model="tiny-toolcall", messages=CHAT, tools=[WEATHER], options={"temperature": 0})
     call = response.message.tool_calls[0].function
     assert call.name == "get_weather" and call.arguments == {"city": "Paris"}
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
               "additionalProperties": False}
-    answer = _ollama(tiny).chat(model="x", messages=CHAT, format=schema, options={"temperature": 1, "seed": 3})
+    answer = _ollama(tiny).chat(model="tiny", messages=CHAT, format=schema, options={"temperature": 1, "seed": 3})
     assert set(json.loads(answer.message.content)) == {"ok"}
 
 
@@ -216,6 +217,6 @@ def test_a_chat_model_does_not_embed(scripted):
     status, _, raw = _post(scripted, "/v1/embeddings", {"model": "x", "input": "Hi"})
     assert status == 400 and json.loads(raw)["error"]["code"] == "wrong_model_kind"
     with pytest.raises(ollama.ResponseError) as err:
-        _ollama(scripted, KEY).embed(model="x", input="Hi")
+        _ollama(scripted, KEY).embed(model="tiny-scripted", input="Hi")
     assert err.value.status_code == 400 and "embedding" in err.value.error
     scripted.wait_idle()

@@ -101,9 +101,9 @@ def test_ollama_embed_and_the_older_route(server):
     assert _norm(legacy) != pytest.approx(1.0, abs=1e-3)  # Ollama's older route does not scale
     assert [v / _norm(legacy) for v in legacy] == pytest.approx(openai_vectors[0], abs=1e-6)
     # truncate (Ollama's default) cuts a long input; truncate false refuses it
-    assert len(client.embed(model="x", input="word " * 5000).embeddings) == 1
+    assert len(client.embed(model="tiny-embedding", input="word " * 5000).embeddings) == 1
     with pytest.raises(ollama.ResponseError) as err:
-        client.embed(model="x", input="word " * 5000, truncate=False)
+        client.embed(model="tiny-embedding", input="word " * 5000, truncate=False)
     assert err.value.status_code == 400
     assert client.show("tiny-embedding").capabilities == ["embedding"]
 

@@ -196,6 +196,18 @@ def test_a_tool_call_cut_by_max_tokens_is_a_partial_call_never_markup(random_wei
     assert chunks[-1].choices[0].finish_reason == "length"
 
 
+def test_ollama_answers_404_for_a_model_it_does_not_serve_and_400_without_one(chat):
+    # Ollama: 404 {"error": "model \"x\" not found, try pulling it first"}; 400 "model is required"
+    for path, body in (("/api/chat", {"messages": [{"role": "user", "content": "Hi"}]}), ("/api/generate",
+                       {"prompt": "Hi"}), ("/api/show", {})):
+        status, _, raw = chat.request("POST", path, json.dumps({**body, "model": "llama3.2"}))
+        assert status == 404 and json.loads(raw)["error"] == 'model "llama3.2" not found, try pulling it first'
+        status, _, raw = chat.request("POST", path, json.dumps(body))
+        assert status == 400 and json.loads(raw)["error"] == "model is required"
+    for name in ("tiny-scripted", "tiny-scripted:latest", "TINY_scripted"):  # its name, as Ollama writes names
+        assert chat.request("POST", "/api/show", json.dumps({"model": name}))[0] == 200
+
+
 def test_ollama_show_names_fields_as_ollama_does(chat, tmp_path):
     # docs/api.md and api/types.go: model_info's key is "<architecture>.context_length", families a list
     import ollama
@@ -235,12 +247,12 @@ def test_ollama_tool_calls_carry_an_id_and_their_index(toolcall):
     import ollama
 
     client = ollama.Client(host=f"http://127.0.0.1:{toolcall.port}")
-    reply = client.chat(model="any", messages=[{"role": "user", "content": "Weather in Paris?"}],
+    reply = client.chat(model="tiny-toolcall", messages=[{"role": "user", "content": "Weather in Paris?"}],
                         tools=[WEATHER], options={"temperature": 0})
     [call] = reply.message.tool_calls
     assert call.function.name == "get_weather" and call.function.arguments == {"city": "Paris"}
     status, _, raw = toolcall.request("POST", "/api/chat", json.dumps({
-        "model": "any", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER],
+        "model": "tiny-toolcall", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER],
         "stream": False, "options": {"temperature": 0}}))
     wire = json.loads(raw)["message"]["tool_calls"][0]
     assert status == 200 and wire["id"].startswith("call_") and wire["function"]["index"] == 0
