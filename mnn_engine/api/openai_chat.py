@@ -341,13 +341,11 @@ class Delta:
     """One piece of parsed output: ``kind`` is content, reasoning, tool_call
     (a whole call; streamed, the first piece: id, type, name and the
     arguments so far) or tool_call_arguments (more of a streamed call's
-    arguments: ``{"index": i, "function": {"arguments": piece}}``).
-    ``partial``: a call cut off before its end."""
+    arguments: ``{"index": i, "function": {"arguments": piece}}``)."""
 
     kind: str
     text: str = ""
     tool_call: dict[str, Any] | None = None
-    partial: bool = False
 
 
 class OutputParser:
@@ -426,9 +424,9 @@ class OutputParser:
         if self.mode == "tool":  # a call cut off: what of it was generated
             self.mode = "content"
             if self._streamed is not None:
-                self._end_streamed(self.buffer, out, partial=True)
+                self._end_streamed(self.buffer, out, cut=True)
             else:
-                self._add_call(partial_tool_call(self.buffer), out, partial=True)
+                self._add_call(partial_tool_call(self.buffer), out)
         else:
             self._emit(self.buffer, out)
         self.buffer = ""
@@ -460,10 +458,10 @@ class OutputParser:
             return
         self._add_call(call, out)
 
-    def _add_call(self, call: dict[str, Any], out: list[Delta], partial: bool = False) -> None:
+    def _add_call(self, call: dict[str, Any], out: list[Delta]) -> None:
         call["index"] = len(self.tool_calls)
         self.tool_calls.append(call)
-        out.append(Delta("tool_call", tool_call=call, partial=partial))
+        out.append(Delta("tool_call", tool_call=call))
 
     def _stream_call(self, body: str, out: list[Delta]) -> None:
         """Send what is new of the open call: its start once the name is
@@ -474,13 +472,9 @@ class OutputParser:
             return
         start = found.end()
         if self._streamed is None:
-            named = _CALL_NAME.search(body, 0, found.start())
-            if named is None or not body[start:].lstrip().startswith("{"):
+            name = _call_name(body, found.start())
+            if name is None or not body[start:].lstrip().startswith("{"):
                 return  # no name yet, or arguments that are not an object: the call is sent whole at its end
-            try:
-                name = json.loads(f'"{named.group(1)}"')
-            except json.JSONDecodeError:
-                return
             self._streamed = {"id": "call_" + secrets.token_hex(12), "type": "function",
                               "function": {"name": name, "arguments": ""}, "index": len(self.tool_calls)}
             self.tool_calls.append(self._streamed)
@@ -504,22 +498,20 @@ class OutputParser:
             out.append(Delta("tool_call_arguments", tool_call={"index": call["index"],
                                                                "function": {"arguments": piece}}))
 
-    def _end_streamed(self, body: str, out: list[Delta], partial: bool = False) -> None:
+    def _end_streamed(self, body: str, out: list[Delta], cut: bool = False) -> None:
         """The rest of a streamed call's arguments: up to the end of its
         arguments object (or, cut off or malformed, all that was generated)."""
+        assert self._streamed is not None
         found = _CALL_ARGUMENTS.search(body)
         text = body[found.end():].lstrip() if found else ""
         try:
-            _, end = _DECODER.raw_decode(text)
-            text = text[:end]
-        except ValueError:
+            text = text[:_DECODER.raw_decode(text)[1]]
+        except (ValueError, RecursionError):
             text = text.rstrip()
-            if not partial and text.endswith("}"):
+            if not cut and text.endswith("}"):
                 text = text[:-1].rstrip()  # the call's own closing brace
-        if text.startswith(self._streamed["function"]["arguments"] if self._streamed else ""):
+        if text.startswith(self._streamed["function"]["arguments"]):  # else what was sent cannot be mended
             self._send_arguments(text, out)
-        if partial and out and out[-1].kind in ("tool_call", "tool_call_arguments"):
-            out[-1].partial = True
         self._streamed = None
 
 
@@ -578,13 +570,18 @@ def partial_tool_call(body: str) -> dict[str, Any]:
     the name if it was generated whole, the arguments' text as far as it
     goes (OpenAI's shape for a call cut by max_tokens)."""
     arguments = _CALL_ARGUMENTS.search(body)
-    named = _CALL_NAME.search(body, 0, arguments.start() if arguments else len(body))
-    try:
-        name = json.loads(f'"{named.group(1)}"') if named else ""
-    except json.JSONDecodeError:
-        name = ""
+    name = _call_name(body, arguments.start() if arguments else len(body)) or ""
     return {"id": "call_" + secrets.token_hex(12), "type": "function",
             "function": {"name": name, "arguments": body[arguments.end():].rstrip() if arguments else ""}}
+
+
+def _call_name(body: str, before: int) -> str | None:
+    """The call's name, when it was generated whole before ``before``."""
+    named = _CALL_NAME.search(body, 0, before)
+    try:
+        return json.loads(f'"{named.group(1)}"') if named else None
+    except json.JSONDecodeError:
+        return None
 
 
 # ---------------------------------------------------------------- responses
