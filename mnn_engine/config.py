@@ -8,8 +8,12 @@ Each is read when it is needed (a test or a user may set one between calls).
 - ``MNN_ENGINE_CATALOG``: another catalog file (``models catalog``, pulls by name).
 - ``MNN_ENGINE_ASSUME_BACKENDS``: backends reported usable without probing (``opencl,vulkan``).
 - ``MNN_ENGINE_EXAMPLE_MODEL``: the model the example notebooks use.
-- ``HF_ENDPOINT``, ``HF_TOKEN``, ``HUGGING_FACE_HUB_TOKEN``: Hugging Face, as its own client reads them.
-- ``MODELSCOPE_DOMAIN``, ``MODELSCOPE_API_TOKEN``: ModelScope, as its own client reads them.
+- ``HF_ENDPOINT``, ``HF_TOKEN``, ``HUGGING_FACE_HUB_TOKEN``, then the token file
+  (``HF_TOKEN_PATH``, else ``$HF_HOME/token``, else ``$XDG_CACHE_HOME/huggingface/token``,
+  else ``~/.cache/huggingface/token``: where ``hf auth login`` leaves it), and
+  ``HF_HUB_OFFLINE``: Hugging Face, as huggingface_hub 2.4 (``constants.py``, ``utils/_auth.py``) reads them.
+- ``MODELSCOPE_ENDPOINT`` (else the deprecated ``MODELSCOPE_DOMAIN``), ``MODELSCOPE_API_TOKEN``:
+  ModelScope, as modelscope_hub 0.5.1 (``config.py``) reads them.
 """
 
 from __future__ import annotations
@@ -71,10 +75,31 @@ def hf_endpoint() -> str:
 
 
 def modelscope_endpoint() -> str:
-    domain = (_get("MODELSCOPE_DOMAIN") or MODELSCOPE_DEFAULT_DOMAIN).rstrip("/")
+    domain = (_get("MODELSCOPE_ENDPOINT") or _get("MODELSCOPE_DOMAIN") or MODELSCOPE_DEFAULT_DOMAIN).rstrip("/")
     return domain if domain.startswith(("http://", "https://")) else f"https://{domain}"
 
 
+def hf_token_file() -> Path:
+    """Where ``hf auth login`` keeps the Hugging Face token."""
+    if _get("HF_TOKEN_PATH"):
+        return Path(_get("HF_TOKEN_PATH")).expanduser()
+    if _get("HF_HOME"):
+        return Path(_get("HF_HOME")).expanduser() / "token"
+    cache = _get("XDG_CACHE_HOME")
+    return (Path(cache).expanduser() if cache else Path.home() / ".cache") / "huggingface" / "token"
+
+
 def hub_token(source: str) -> str | None:
-    """The first token set for ``source`` (hf or modelscope)."""
-    return next((_get(name) for name in HUB_TOKEN_VARIABLES.get(source, ()) if _get(name)), None)
+    """The first token set for ``source`` (hf or modelscope); for hf, then the token file."""
+    token = next((_get(name) for name in HUB_TOKEN_VARIABLES.get(source, ()) if _get(name)), None)
+    if token is None and source == "hf":
+        try:
+            token = hf_token_file().read_text().strip() or None
+        except (OSError, UnicodeDecodeError):
+            token = None
+    return token
+
+
+def hf_offline() -> bool:
+    """``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) set true: no request to the hub."""
+    return (_get("HF_HUB_OFFLINE") or _get("TRANSFORMERS_OFFLINE")).upper() in {"1", "ON", "YES", "TRUE"}

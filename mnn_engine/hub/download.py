@@ -8,15 +8,18 @@ import errno
 import hashlib
 import http.client
 import os
+import re
 import threading
 import urllib.error
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..errors import MnnEngineError
-from .sources import DEFAULT_POLICY, RemoteFile, UrlPolicy, open_url
+from .sources import DEFAULT_POLICY, RemoteFile, Retry, UrlPolicy, open_url
 
 CHUNK = 1 << 20
+#: what a partial file is called, in the place the caller keeps partials
 PART_SUFFIX = ".part"
 RETRIES = 5
 #: seconds before each retry (the last repeats)
@@ -60,11 +63,14 @@ def _resume(part: Path, remote: RemoteFile) -> tuple[_Hasher, int]:
     return hasher, done
 
 
-def download(remote: RemoteFile, dest: Path, headers: dict[str, str], source: str, *,
+def download(remote: RemoteFile, dest: Path, part: Path, headers: dict[str, str], source: str, *,
              on_bytes: ByteCallback | None = None, backoff: tuple[float, ...] = BACKOFF_S,
              policy: UrlPolicy = DEFAULT_POLICY, stop: threading.Event | None = None) -> None:
-    """Download ``remote`` to ``dest`` (via ``dest.part``), resuming what an
-    earlier attempt left. A finished, verified ``dest`` is kept as it is.
+    """Download ``remote`` to ``dest`` via ``part``, resuming what an earlier
+    attempt left there. A finished, verified ``dest`` is kept as it is.
+    ``part`` must be where no other file of the model can land (a repo may
+    list both ``X`` and ``X.part``): the bytes renamed to ``dest`` are the
+    ones whose hash was checked.
 
     Every request after the first counts as an attempt, a restart from zero
     too (a source that ignores ``Range`` and ends early made 107,795 requests
@@ -72,8 +78,8 @@ def download(remote: RemoteFile, dest: Path, headers: dict[str, str], source: st
     most ``RETRIES + 1`` times the file's size received in all."""
     if dest.is_file() and dest.stat().st_size == remote.size:
         return
-    part = dest.with_name(dest.name + PART_SUFFIX)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    part.parent.mkdir(parents=True, exist_ok=True)
     hasher, have = _resume(part, remote)
     if on_bytes and have:
         on_bytes(have)
@@ -81,7 +87,8 @@ def download(remote: RemoteFile, dest: Path, headers: dict[str, str], source: st
     budget = (RETRIES + 1) * max(remote.size, CHUNK)  # bytes received in all, restarts included
     while have < remote.size:
         try:
-            got = _fetch_range(remote, part, have, hasher, headers, source, on_bytes, policy)
+            got = _fetch_range(remote, part, have, hasher, headers, source, on_bytes, policy,
+                               Retry(RETRIES, backoff, stop))
             if got == 0:
                 raise ConnectionError("the source sent no bytes")
             have += got
@@ -116,6 +123,21 @@ def download(remote: RemoteFile, dest: Path, headers: dict[str, str], source: st
     os.replace(part, dest)
 
 
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
+
+
+def _continues_at(response: Any, start: int) -> bool:
+    """Whether an answer to ``Range: bytes=start-`` holds the file from
+    ``start`` on: a 206 whose Content-Range starts there, or a 200 that says
+    so too (ModelScope's endpoint has been seen answering so; the official
+    client accepts it). A 206 from another offset would be appended in the
+    wrong place, and a plain 200 is the whole file: both restart it."""
+    found = _CONTENT_RANGE.match(response.headers.get("Content-Range") or "")
+    if found is None:
+        return False  # RFC 9110 14.4: a 206 to a single range carries Content-Range
+    return response.status in (200, 206) and int(found.group(1)) == start
+
+
 class _Restart(Exception):
     """The source ignored the range: start the file over."""
 
@@ -125,18 +147,15 @@ class _Transient(Exception):
 
 
 def _fetch_range(remote: RemoteFile, part: Path, start: int, hasher: _Hasher, headers: dict[str, str],
-                 source: str, on_bytes: ByteCallback | None, policy: UrlPolicy) -> int:
+                 source: str, on_bytes: ByteCallback | None, policy: UrlPolicy, retry: Retry) -> int:
     extra = {"Range": f"bytes={start}-"} if start else {}
-    try:
-        response = open_url(remote.url, headers, what=remote.path, source=source, extra=extra, policy=policy)
-    except MnnEngineError as exc:
-        if exc.code == "pull_failed" and "HTTP 5" in exc.message:
-            raise _Transient(exc.message) from exc
-        raise
+    try:  # 408, 429 and 5xx are tried again there, as Retry-After says
+        response = open_url(remote.url, headers, what=remote.path, source=source, extra=extra, policy=policy,
+                            retry=retry)
     except (TimeoutError, urllib.error.URLError) as exc:
         raise _Transient(str(getattr(exc, "reason", exc))) from exc
     with response:
-        if start and response.status != 206:
+        if start and not _continues_at(response, start):
             raise _Restart()
         written = 0
         with open(part, "ab" if start else "wb") as writer:

@@ -3,18 +3,27 @@ manifest at a URL. Each is listed as files with their size and hash, the
 source's own (Hugging Face: SHA-256 for LFS files, the git blob SHA-1 for the
 rest; ModelScope: SHA-256; a manifest: SHA-256), so every byte is checked.
 
-Endpoints and tokens come from the variables users already set:
-``HF_ENDPOINT`` and ``HF_TOKEN`` (or ``HUGGING_FACE_HUB_TOKEN``);
-``MODELSCOPE_DOMAIN`` and ``MODELSCOPE_API_TOKEN``.
+Endpoints and tokens come from the variables users already set, read as the
+official clients read them (``mnn_engine.config``): ``HF_ENDPOINT``,
+``HF_TOKEN`` (or ``HUGGING_FACE_HUB_TOKEN``, or the token file ``hf auth
+login`` writes), ``HF_HUB_OFFLINE``; ``MODELSCOPE_ENDPOINT`` (or
+``MODELSCOPE_DOMAIN``) and ``MODELSCOPE_API_TOKEN``.
+
+Every request is retried on 408, 429 and 5xx, waiting what ``Retry-After``
+says (at most ``MAX_RETRY_AFTER_S``) or a growing backoff, listings too.
 """
 
 from __future__ import annotations
 
+import email.utils
 import fnmatch
+import hashlib
 import http.client
 import ipaddress
 import re
 import socket
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -36,6 +45,46 @@ MAX_PATH, MAX_NAME = 1024, 255
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: answers worth asking again (huggingface_hub retries the same: utils/_http.py's retry_on_status_codes)
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+#: the longest wait a Retry-After may ask for before the request is tried again
+MAX_RETRY_AFTER_S = 60.0
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How often and how long a request is tried again: ``times`` retries,
+    waiting ``backoff[i]`` (the last repeats) unless the source says how long;
+    ``stop`` ends a wait at once (``pull_cancelled``)."""
+
+    times: int = 5
+    backoff: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
+    stop: threading.Event | None = None
+
+    def wait(self, attempt: int, retry_after: str | None, what: str) -> None:
+        seconds = _retry_after_seconds(retry_after)
+        if seconds is None:
+            seconds = self.backoff[min(attempt, len(self.backoff) - 1)]
+        stopped = self.stop.wait(seconds) if self.stop is not None else time.sleep(seconds)
+        if stopped:
+            raise MnnEngineError("pull_cancelled", f"{what}: the pull was stopped", param="model")
+
+
+DEFAULT_RETRY = Retry()
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    """RFC 9110 10.2.3: seconds, or an HTTP date; bounded by MAX_RETRY_AFTER_S."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), MAX_RETRY_AFTER_S)
+    try:
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    return min(max(when - time.time(), 0.0), MAX_RETRY_AFTER_S)
 
 
 @dataclass(frozen=True)
@@ -77,7 +126,11 @@ class Listing:
 
 def _token_header(source: str) -> dict[str, str]:
     token = config.hub_token(source)
-    return {"Authorization": f"Bearer {token}"} if token else {}
+    if not token:
+        return {}
+    if source == "modelscope":  # modelscope_hub 0.5.1 _legacy_api.py: older /api/v1 routes read the cookie
+        return {"Authorization": f"Bearer {token}", "Cookie": f"m_session_id={token}"}
+    return {"Authorization": f"Bearer {token}"}
 
 
 def _loopback_http(url: str) -> bool:
@@ -116,6 +169,9 @@ class UrlPolicy:
 
 
 DEFAULT_POLICY = UrlPolicy()
+#: what to try when a hub cannot be reached
+_WAYS_OUT = ("try --source modelscope or --source hf, HF_ENDPOINT or MODELSCOPE_ENDPOINT for a mirror, a local "
+             "model directory, or tools/models/build_test_models.py for a test model")
 
 
 def _public_host(host: str) -> bool:
@@ -133,59 +189,111 @@ def _shown(url: str) -> str:
     return (f"{parts.scheme}://{parts.netloc}{parts.path}" if parts.netloc else url)[:200]
 
 
-class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
-    """Redirects follow the pull's ``UrlPolicy`` too (urllib's own rule admits ftp)."""
+def _origin(url: str) -> tuple[str, str]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
 
-    def __init__(self, policy: UrlPolicy) -> None:
-        self.policy = policy
+
+class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects follow the pull's ``UrlPolicy`` too (urllib's own rule admits
+    ftp), and keep the credentials while they stay on the source's host, as
+    huggingface_hub does (a gated file behind a same-host redirect needs the
+    token); a redirect to another host (a CDN) never gets them."""
+
+    def __init__(self, policy: UrlPolicy, credentials: dict[str, str], origin: tuple[str, str]) -> None:
+        self.policy, self.credentials, self.origin = policy, credentials, origin
 
     def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
         self.policy.check(newurl, referrer=req.full_url, what=_shown(req.full_url))
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(new.full_url) == self.origin:
+            for name, value in self.credentials.items():
+                new.add_unredirected_header(name, value)
+        return new
 
 
 def open_url(url: str, headers: dict[str, str], *, what: str, source: str,
              extra: dict[str, str] | None = None, timeout: float = TIMEOUT_S,
-             policy: UrlPolicy = DEFAULT_POLICY) -> Any:
-    """Open ``url`` (GET) if ``policy`` allows it. The credentials in
-    ``headers`` are not forwarded when the source redirects to another host
-    (a CDN). HTTP errors become MnnEngineError with the variable to set
-    named for 401/403."""
+             policy: UrlPolicy = DEFAULT_POLICY, retry: Retry = DEFAULT_RETRY) -> Any:
+    """Open ``url`` (GET) if ``policy`` allows it, trying again on 408, 429
+    and 5xx as ``retry`` says. The credentials in ``headers`` go to the
+    source's own host only. HTTP errors become MnnEngineError with the
+    variable to set named for 401/403."""
     policy.check(url, referrer=url, what=what)
-    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **(extra or {})})
-    for name, value in headers.items():
-        request.add_unredirected_header(name, value)
+    if source == "hf" and config.hf_offline():
+        raise MnnEngineError("pull_failed", f"{what}: HF_HUB_OFFLINE is set, so no request goes to the hub "
+                             "(unset it to pull, or load a model directory)", param="model")
+    opener = urllib.request.build_opener(_CheckedRedirects(policy, headers, _origin(url)))
+    attempt = 0
+    while True:
+        request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **(extra or {})})
+        for name, value in headers.items():
+            request.add_unredirected_header(name, value)
+        try:
+            return opener.open(request, timeout=timeout)
+        except urllib.error.HTTPError as exc:
+            if exc.code not in RETRY_STATUSES or attempt >= retry.times:
+                error = http_error(exc.code, exc.headers.get("X-Error-Code", ""), what, source, _error_message(exc))
+                if exc.code in RETRY_STATUSES:
+                    error = MnnEngineError(error.code, f"{error.message} (after {attempt} retries; pull again "
+                                           "to resume)", param=error.param)
+                raise error from None
+            retry_after = exc.headers.get("Retry-After")
+            exc.close()
+        retry.wait(attempt, retry_after, what)
+        attempt += 1
+
+
+def _error_message(exc: urllib.error.HTTPError) -> str:
+    """The hub's own words for an error (Hugging Face: {"error": ...}; ModelScope: {"Message": ...})."""
     try:
-        return urllib.request.build_opener(_CheckedRedirects(policy)).open(request, timeout=timeout)
-    except urllib.error.HTTPError as exc:
-        raise http_error(exc.code, exc.headers.get("X-Error-Code", ""), what, source) from None
+        body = jsonutil.loads(exc.read(65536))
+    except (OSError, ValueError, RecursionError):
+        return ""
+    text = body.get("error", body.get("Message", "")) if isinstance(body, dict) else ""
+    return text[:200] if isinstance(text, str) else ""
 
 
-def http_error(status: int, hub_code: str, what: str, source: str) -> MnnEngineError:
+def http_error(status: int, hub_code: str, what: str, source: str, hub_message: str = "") -> MnnEngineError:
     token_var = {"hf": "HF_TOKEN", "modelscope": "MODELSCOPE_API_TOKEN"}.get(source)
+    has_token = bool(config.hub_token(source)) if source in ("hf", "modelscope") else False
+    if status == 401 and "invalid credentials" in hub_message.lower():
+        # the hub's answer to a token it does not know (huggingface_hub reports it so, not as "not found")
+        return MnnEngineError("pull_unauthorized", f"{what}: the hub refused the token ({hub_message}); "
+                              f"check {token_var}", param="model")
     if status in (401, 403):
         if hub_code == "RepoNotFound" or (status == 401 and not hub_code and source == "hf"):
-            hint = f" (a private repository needs {token_var})" if token_var else ""
+            hint = f" (a private repository needs {token_var})" if token_var and not has_token else ""
             return MnnEngineError("model_not_found", f"{what}: not found{hint}", param="model")
         hint = f"; set {token_var} to a token that may read it (for a gated model, accept its terms " \
                "on the website first)" if token_var else ""
         return MnnEngineError("pull_unauthorized", f"{what}: access refused (HTTP {status}){hint}", param="model")
     if status == 404:
-        return MnnEngineError("model_not_found", f"{what}: not found (HTTP 404)", param="model")
+        # ModelScope answers a private repository asked for without a token so
+        hint = f" (a private repository needs {token_var})" if source == "modelscope" and not has_token else ""
+        return MnnEngineError("model_not_found", f"{what}: not found (HTTP 404){hint}", param="model")
     if status == 416:
         return MnnEngineError("pull_failed", f"{what}: the source refused the byte range (HTTP 416)")
     return MnnEngineError("pull_failed", f"{what}: HTTP {status} from the source")
 
 
 def _read_json(url: str, headers: dict[str, str], what: str, source: str,
-               policy: UrlPolicy = DEFAULT_POLICY) -> Any:
-    try:
-        with open_url(url, headers, what=what, source=source, policy=policy) as response:
-            data = response.read(MAX_LISTING_BYTES + 1)
-    except MnnEngineError:
-        raise
-    except (OSError, ValueError, http.client.HTTPException) as exc:
-        raise MnnEngineError("pull_failed", f"{what}: {exc}") from exc
+               policy: UrlPolicy = DEFAULT_POLICY, retry: Retry = DEFAULT_RETRY) -> Any:
+    attempt = 0
+    while True:  # a dropped connection is tried again too, as an HTTP 5xx is by open_url
+        try:
+            with open_url(url, headers, what=what, source=source, policy=policy, retry=retry) as response:
+                data = response.read(MAX_LISTING_BYTES + 1)
+            break
+        except MnnEngineError:
+            raise
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            if attempt >= retry.times:
+                reason = getattr(exc, "reason", exc)
+                raise MnnEngineError("pull_failed", f"{what}: {reason} (host {urllib.parse.urlsplit(url).netloc}; "
+                                     f"{_WAYS_OUT})") from exc
+        retry.wait(attempt, None, what)
+        attempt += 1
     if len(data) > MAX_LISTING_BYTES:
         raise MnnEngineError("pull_failed", f"{what}: the answer is larger than {MAX_LISTING_BYTES >> 20} MiB")
     try:
@@ -267,15 +375,20 @@ def list_modelscope(repo: str, revision: str = "master") -> Listing:
     query = urllib.parse.urlencode({"Revision": revision, "Recursive": "true"})
     answer = _read_json(f"{base}/api/v1/models/{repo}/repo/files?{query}", headers,
                         f"modelscope:{repo}@{revision}", "modelscope")
+    if isinstance(answer, dict) and (answer.get("Success") is False or
+                                     answer.get("Code", 200) not in (200, "200", None)):
+        # an error in the body (modelscope_hub 0.5.1 _legacy_api.py checks Success and Code the same way)
+        code, message = answer.get("Code"), str(answer.get("Message") or "the hub answered an error")[:200]
+        if code in (404, "404"):
+            raise http_error(404, "", f"modelscope:{repo}", "modelscope")
+        if code in (401, 403, "401", "403"):
+            raise http_error(int(code), "", f"modelscope:{repo}", "modelscope")
+        raise MnnEngineError("pull_failed", f"modelscope:{repo}: {message} (Code {code})", param="model")
     data = answer.get("Data") if isinstance(answer, dict) else None
     entries = data.get("Files") if isinstance(data, dict) else None
     if not isinstance(entries, list):
-        message = answer.get("Message") if isinstance(answer, dict) else None
-        code = answer.get("Code") if isinstance(answer, dict) else None
-        raise MnnEngineError("model_not_found" if code == 404 else "pull_failed",
-                             f"modelscope:{repo}: {str(message)[:200] if message else 'the answer has no file list'}",
-                             param="model")
-    files, commits = [], set()
+        raise MnnEngineError("pull_failed", f"modelscope:{repo}: the answer has no file list", param="model")
+    files, revisions = [], []
     for entry in entries:
         entry = _object(entry, f"modelscope:{repo}")
         if entry.get("Type") == "tree":
@@ -284,12 +397,28 @@ def list_modelscope(repo: str, revision: str = "master") -> Listing:
         size, sha256 = entry.get("Size"), entry.get("Sha256")
         if not isinstance(size, int) or size < 0 or not (isinstance(sha256, str) and _SHA256.match(sha256)):
             raise MnnEngineError("pull_failed", f"modelscope:{repo}: no size or SHA-256 for {path}")
-        commits.add(str(entry.get("Revision") or revision))
-        query = urllib.parse.urlencode({"Revision": revision, "FilePath": path})
+        # Each file has the revision of the last commit that touched it: download that one, so what is
+        # fetched is what was listed even if the branch moves meanwhile.
+        pinned = entry.get("Revision") if isinstance(entry.get("Revision"), str) and entry.get("Revision") else \
+            revision
+        revisions.append(pinned)
+        query = urllib.parse.urlencode({"Revision": pinned, "FilePath": path})
         files.append(RemoteFile(path=path, size=size, url=f"{base}/api/v1/models/{repo}/repo?{query}",
                                 sha256=sha256))
-    commit = commits.pop() if len(commits) == 1 else revision
-    return Listing("modelscope", repo, revision, commit, tuple(files), headers)
+    return Listing("modelscope", repo, revision, _listing_commit(revisions, files, revision), tuple(files), headers)
+
+
+def _listing_commit(revisions: list[str], files: list[RemoteFile], branch: str) -> str:
+    """What a ModelScope listing is a version of. Its files carry the commit
+    that last touched each, not the branch's head (and ModelScope's client
+    resolves none): one commit when they agree, else a digest of the listing
+    (paths, sizes, hashes, revisions), so ``--update`` sees any change. Never
+    the branch name, which stays the same when the files do not."""
+    if len(set(revisions)) == 1 and revisions[0] != branch:
+        return revisions[0]
+    digest = hashlib.sha256(jsonutil.dumps(sorted([f.path, f.size, f.sha256, r]
+                                                  for f, r in zip(files, revisions, strict=True))))
+    return "listing-" + digest.hexdigest()[:40]
 
 
 # ---------------------------------------------------------------- manifests

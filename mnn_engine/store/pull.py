@@ -5,7 +5,9 @@ activate it in one rename, keeping the version it replaces for a rollback.
 Store layout added by pulls (beside ``models/`` and ``cache/``)::
 
     downloads/<id>/       a pull in progress: finished files under their names,
-                          unfinished ones as <name>.part, and .pull.json
+                          and .pull.json
+    downloads/<id>.partial/  its unfinished files, as <name>.part (outside the
+                          model: a repo may list both X and X.part)
     downloads/<id>.lock   held by the process pulling <id>
     previous/<id>/        the version an update replaced (one), for rollback
     models/<id>/.source.json   where a pulled model came from
@@ -135,6 +137,7 @@ def pull(store: PullTarget, spec: str, *, model_id: str | None = None, revision:
         _prepare(work, listing)
         _check_space(work, listing)
         _fetch_all(work, listing, progress, workers, backoff, stop or threading.Event())
+        shutil.rmtree(_partials(work), ignore_errors=True)
         _validate(work, listing)
         (work / SOURCE_FILE).write_text(json.dumps({**listing.to_dict(), "name": listing.name,
                                                     "pulled_at": time.time()}, indent=1))
@@ -142,14 +145,39 @@ def pull(store: PullTarget, spec: str, *, model_id: str | None = None, revision:
     return store.get(model_id)
 
 
+def _partials(work: Path) -> Path:
+    """Where a pull's unfinished files are: beside the model's directory, not in it."""
+    return work.with_name(work.name + ".partial")
+
+
+def _part(work: Path, path: str) -> Path:
+    return _partials(work) / (path + PART_SUFFIX)
+
+
+def _check_paths(listing: Listing) -> None:
+    """No two files at one path, none at the names the pull writes itself."""
+    seen: set[str] = set()
+    for remote in listing.files:
+        if remote.path in seen:
+            raise MnnEngineError("invalid_manifest", f"{listing.repo}: {remote.path!r} is listed twice",
+                                 param="files")
+        if remote.path in (PULL_FILE, SOURCE_FILE):
+            raise MnnEngineError("invalid_manifest", f"{listing.repo}: {remote.path!r} is a name the store "
+                                 "keeps for itself", param="files")
+        seen.add(remote.path)
+
+
 def _prepare(work: Path, listing: Listing) -> None:
     """Keep what an earlier pull of the same revision left; start over otherwise."""
+    _check_paths(listing)
     record = json.dumps(listing.to_dict(), sort_keys=True)
     with contextlib.suppress(OSError):
         if (work / PULL_FILE).read_text() != record:
             shutil.rmtree(work)
+            shutil.rmtree(_partials(work), ignore_errors=True)
     if work.exists() and not (work / PULL_FILE).is_file():
         shutil.rmtree(work)
+        shutil.rmtree(_partials(work), ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     (work / PULL_FILE).write_text(record)
 
@@ -158,7 +186,7 @@ def _on_disk(work: Path, path: str, size: int) -> int:
     done = work / path
     if done.is_file() and done.stat().st_size == size:
         return size
-    part = done.with_name(done.name + PART_SUFFIX)
+    part = _part(work, path)
     return min(part.stat().st_size, size) if part.is_file() else 0
 
 
@@ -192,8 +220,8 @@ def _fetch_all(work: Path, listing: Listing, progress: Progress | None, workers:
                 if progress:
                     progress(done[0], total, remote.path)
 
-        download(remote, work / remote.path, listing.headers, listing.source, on_bytes=on_bytes, backoff=backoff,
-                 policy=listing.policy, stop=asked_to_stop)
+        download(remote, work / remote.path, _part(work, remote.path), listing.headers, listing.source,
+                 on_bytes=on_bytes, backoff=backoff, policy=listing.policy, stop=asked_to_stop)
         if remote.size == 0 and progress:
             progress(done[0], total, remote.path)
 
