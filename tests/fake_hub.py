@@ -24,6 +24,8 @@ LFS_MIN = 1024  # files from this size on are "LFS" files (SHA-256); smaller one
 class Repo:
     commit: str
     files: dict[str, bytes]
+    #: ModelScope: path -> the revision of the last commit that touched it (real listings differ per file)
+    revisions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -38,6 +40,21 @@ class Faults:
     #: ("A server MAY ignore the Range header field"), and a broken CDN or proxy also ends the body early
     short_ignoring_range: dict[str, int] = field(default_factory=dict)
     chunk: int = 0  # bytes per chunk when set (with delay_s: a trickle, as a phone's bad connection delivers)
+    #: path, or "listing:<repo>" -> (status, Retry-After) answered first: the hubs' rate limits answer
+    #: 429 with Retry-After (huggingface_hub 2.4 utils/_http.py reads it in seconds)
+    throttled: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    #: paths whose next Range answer is a 206 from offset 0 whatever was asked (a broken proxy)
+    wrong_offset: set[str] = field(default_factory=set)
+    #: paths whose Range answers are 200 with a Content-Range (ModelScope's endpoint has answered so;
+    #: modelscope_hub 0.5.1 _download.py accepts it)
+    ok_with_range: set[str] = field(default_factory=set)
+    #: path -> "same" (302 to this host) or "other" (302 to another host name): where the hubs send files
+    redirect: dict[str, str] = field(default_factory=dict)
+    #: ModelScope repo -> the token that opens it; without it the listing is a plain 404, as ModelScope
+    #: answers for a private repository
+    private_ms: dict[str, str] = field(default_factory=dict)
+    #: when set, a Bearer token outside it is 401 "Invalid credentials in Authorization header" (the hub's)
+    valid_tokens: set[str] | None = None
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -65,6 +82,7 @@ class FakeHub:
         self.served: dict[str, int] = {}  # path -> bytes sent
         self.ranges: list[tuple[str, str | None]] = []  # (path, Range header)
         self.auth: list[str | None] = []
+        self.cookies: list[str | None] = []
         self.requests: list[str] = []  # the path of every request that reached the hub
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
@@ -90,6 +108,7 @@ class FakeHub:
         app = tornado.web.Application([
             (r"/api/models/([^/]+/[^/]+)/revision/([^/]+)", _HfInfo, {"hub": self}),
             (r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", _HfResolve, {"hub": self}),
+            (r"/redirected/([^/]+/[^/]+)/([^/]+)/(.+)", _HfRedirected, {"hub": self}),
             (r"/api/v1/models/([^/]+/[^/]+)/repo/files", _MsFiles, {"hub": self}),
             (r"/api/v1/models/([^/]+/[^/]+)/repo", _MsDownload, {"hub": self}),
             (r"/manifests/([^/]+)\.json", _Manifest, {"hub": self}),
@@ -117,6 +136,24 @@ class _Handler(tornado.web.RequestHandler):
 
     def prepare(self) -> None:
         self.hub.requests.append(self.request.path)  # every request, listings and manifests included
+        self.hub.cookies.append(self.request.headers.get("Cookie"))
+        given = self.request.headers.get("Authorization", "")
+        valid = self.hub.faults.valid_tokens
+        if valid is not None and given.startswith("Bearer ") and given[7:] not in valid:
+            self.set_status(401)
+            self.finish({"error": "Invalid credentials in Authorization header"})
+
+    def throttled(self, key: str) -> bool:
+        """Answer a planned 429/503 with Retry-After for ``key``; True when answered."""
+        planned = self.hub.faults.throttled.get(key)
+        if not planned:
+            return False
+        status, after = planned.pop(0)
+        self.set_status(status)
+        if after:
+            self.set_header("Retry-After", after)
+        self.finish({"error": "rate limited"})
+        return True
 
     def _gate(self, repo: str) -> bool:
         """Answer 401/403 for a gated repo without its token; True when answered."""
@@ -136,6 +173,8 @@ class _Handler(tornado.web.RequestHandler):
 
     async def send_file(self, path: str, data: bytes, headers: dict[str, str]) -> None:
         faults = self.hub.faults
+        if self.throttled(path):
+            return
         planned = faults.statuses.get(path)
         if planned:
             self.set_status(planned.pop(0))
@@ -154,7 +193,10 @@ class _Handler(tornado.web.RequestHandler):
             return
         if spec and spec.startswith("bytes=") and spec.endswith("-"):
             start = int(spec[6:-1])
-            self.set_status(206)
+            if path in faults.wrong_offset:
+                faults.wrong_offset.discard(path)
+                start = 0
+            self.set_status(200 if path in faults.ok_with_range else 206)
             self.set_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
         for name, value in headers.items():
             self.set_header(name, value)
@@ -179,7 +221,7 @@ class _Handler(tornado.web.RequestHandler):
 
 class _HfInfo(_Handler):
     def get(self, repo: str, revision: str) -> None:
-        if self._gate(repo):
+        if self.throttled(f"listing:{repo}") or self._gate(repo):
             return
         if repo in self.hub.raw_hf_info:
             self.set_header("Content-Type", "application/json")
@@ -211,6 +253,11 @@ class _HfResolve(_Handler):
         if entry is None or revision not in ("main", entry.commit) or path not in entry.files:
             self._not_found("EntryNotFound")
             return
+        where = self.hub.faults.redirect.get(path)
+        if where is not None:  # the hubs redirect file downloads (to a CDN, or another route of theirs)
+            host = self.hub.url if where == "same" else self.hub.url.replace("127.0.0.1", "localhost")
+            self.redirect(f"{host}/redirected/{repo}/{entry.commit}/{path}")
+            return
         data = entry.files[path]
         headers = {"X-Repo-Commit": entry.commit, "ETag": f'"{git_blob_sha1(data)}"'}
         if len(data) >= LFS_MIN:
@@ -218,16 +265,27 @@ class _HfResolve(_Handler):
         await self.send_file(path, data, headers)
 
 
-class _MsFiles(_Handler):
-    def get(self, repo: str) -> None:
+class _HfRedirected(_Handler):
+    """Where a redirect leads: the repo's token is needed here too (a gated file)."""
+
+    async def get(self, repo: str, commit: str, path: str) -> None:
         if self._gate(repo):
             return
+        await self.send_file(path, self.hub.hf[repo].files[path], {"X-Repo-Commit": commit})
+
+
+class _MsFiles(_Handler):
+    def get(self, repo: str) -> None:
+        if self.throttled(f"listing:{repo}") or self._gate(repo):
+            return
         entry = self.hub.modelscope.get(repo)
-        if entry is None:
-            self.finish({"Code": 404, "Message": "model not found", "Data": None})
+        token = self.hub.faults.private_ms.get(repo)
+        if entry is None or (token is not None and self.request.headers.get("Cookie") != f"m_session_id={token}"):
+            # ModelScope's answer to an unknown or private repository: HTTP 200, the error in the body
+            self.finish({"Code": 404, "Message": "model not found", "Success": False, "Data": None})
             return
         files = [{"Path": p, "Name": p.rsplit("/", 1)[-1], "Size": len(b), "Sha256": hashlib.sha256(b).hexdigest(),
-                  "Type": "blob", "Revision": entry.commit} for p, b in entry.files.items()]
+                  "Type": "blob", "Revision": entry.revisions.get(p, entry.commit)} for p, b in entry.files.items()]
         self.finish({"Code": 200, "Data": {"Files": files}})
 
 
@@ -237,7 +295,8 @@ class _MsDownload(_Handler):
             return
         entry = self.hub.modelscope.get(repo)
         path = self.get_argument("FilePath", "")
-        if entry is None or path not in entry.files:
+        if entry is None or path not in entry.files or \
+                self.get_argument("Revision", "master") not in ("master", entry.revisions.get(path, entry.commit)):
             self._not_found("NotFound")
             return
         await self.send_file(path, entry.files[path], {})

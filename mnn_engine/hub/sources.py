@@ -45,7 +45,7 @@ MAX_PATH, MAX_NAME = 1024, 255
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-#: answers worth asking again (huggingface_hub retries the same: utils/_http.py's retry_on_status_codes)
+#: answers worth asking again (huggingface_hub 2.4 retries the same: utils/_http.py _DEFAULT_RETRY_ON_STATUS_CODES)
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 #: the longest wait a Retry-After may ask for before the request is tried again
 MAX_RETRY_AFTER_S = 60.0

@@ -1,0 +1,190 @@
+"""Pulls against hubs as they really are (issue 27): each fault is the real
+services' behaviour, as the fake hub's comments name its source."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from fake_hub import FakeHub, Repo, repo_from_dir
+from support import test_model_dir
+
+from mnn_engine import MnnEngineError, ModelStore
+from mnn_engine.hub import sources
+
+CATALOG_REPO = "taobao-mnn/Qwen3-0.6B-MNN"
+MS_REPO = "MNN/Qwen3-0.6B-MNN"
+FAST = {"backoff": (0.01,)}
+WEIGHT = "llm.mnn.weight"
+
+
+@pytest.fixture(scope="module")
+def model_repo():
+    return repo_from_dir(test_model_dir("tiny-scripted"))
+
+
+@pytest.fixture
+def hub(model_repo, monkeypatch, tmp_path):
+    with FakeHub() as fake:
+        fake.hf[CATALOG_REPO] = model_repo
+        fake.modelscope[MS_REPO] = model_repo
+        monkeypatch.setenv("HF_ENDPOINT", fake.url)
+        monkeypatch.setenv("MODELSCOPE_ENDPOINT", fake.url)
+        monkeypatch.delenv("MODELSCOPE_DOMAIN", raising=False)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no token file of this machine's
+        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "MODELSCOPE_API_TOKEN", "HF_TOKEN_PATH",
+                     "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+            monkeypatch.delenv(name, raising=False)
+        yield fake
+
+
+@pytest.fixture
+def store(tmp_path):
+    return ModelStore(tmp_path / "home")
+
+
+def _error(action) -> MnnEngineError:
+    with pytest.raises(MnnEngineError) as err:
+        action()
+    return err.value
+
+
+def _same_bytes(store: ModelStore, model_id: str, repo: Repo) -> None:
+    path = store.path(model_id)
+    for name, data in repo.files.items():
+        assert (path / name).read_bytes() == data, name
+
+
+# ---------------------------------------------------------------- no wrong bytes in the store
+def test_a_repo_listing_x_and_x_part_gets_each_its_own_bytes(hub, store, model_repo):
+    weights = model_repo.files[WEIGHT]
+    repo = Repo(model_repo.commit, {**model_repo.files, WEIGHT + ".part": b"not the weights" * 1000})
+    hub.hf[CATALOG_REPO] = repo
+    hub.faults.drop_after[WEIGHT] = len(weights) // 3  # the weights' partial exists while X.part arrives
+    info = store.pull("qwen3-0.6b", workers=1, **FAST)
+    _same_bytes(store, info.id, repo)
+    assert not (store.root / "downloads" / f"{info.id}.partial").exists()
+
+
+def test_the_store_names_and_a_path_twice_are_refused_in_a_listing(hub, store, model_repo):
+    hub.hf[CATALOG_REPO] = Repo(model_repo.commit, {**model_repo.files, ".pull.json": b"{}"})
+    assert _error(lambda: store.pull("qwen3-0.6b", **FAST)).code == "invalid_manifest"
+
+
+def test_a_range_answer_from_another_offset_restarts_the_file(hub, store, model_repo):
+    hub.faults.drop_after[WEIGHT] = 5000
+    hub.faults.wrong_offset.add(WEIGHT)
+    info = store.pull("qwen3-0.6b", **FAST)
+    _same_bytes(store, info.id, model_repo)
+    assert [r for p, r in hub.ranges if p == WEIGHT][:2] == [None, "bytes=5000-"]
+
+
+def test_a_200_with_content_range_is_a_partial_answer(hub, store, model_repo):
+    hub.faults.drop_after[WEIGHT] = 5000
+    hub.faults.ok_with_range.add(WEIGHT)
+    info = store.pull(f"modelscope:{MS_REPO}", **FAST)
+    _same_bytes(store, info.id, model_repo)
+    assert hub.served[WEIGHT] == len(model_repo.files[WEIGHT])  # resumed: nothing sent twice
+
+
+# ---------------------------------------------------------------- retries
+def test_429_with_retry_after_is_waited_for_on_listings_and_files(hub, store, model_repo):
+    hub.faults.throttled[f"listing:{CATALOG_REPO}"] = [(429, "1"), (503, "")]
+    hub.faults.throttled[WEIGHT] = [(429, "1")]
+    started = time.monotonic()
+    info = store.pull("qwen3-0.6b", **FAST)
+    assert time.monotonic() - started >= 2  # both Retry-After waits were kept
+    _same_bytes(store, info.id, model_repo)
+
+
+def test_retry_after_is_bounded_and_read_as_rfc_9110_says():
+    assert sources._retry_after_seconds("5") == 5.0
+    assert sources._retry_after_seconds("999999") == sources.MAX_RETRY_AFTER_S
+    assert sources._retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # in the past
+    assert sources._retry_after_seconds("soon") is None and sources._retry_after_seconds(None) is None
+
+
+# ---------------------------------------------------------------- tokens
+def test_a_gated_file_behind_a_same_host_redirect_opens_with_the_token(hub, store, monkeypatch, model_repo):
+    monkeypatch.setenv("HF_TOKEN", "hf_ok")
+    hub.faults.gated[CATALOG_REPO] = "hf_ok"
+    hub.faults.redirect[WEIGHT] = "same"
+    info = store.pull("qwen3-0.6b", **FAST)  # was 401: urllib drops the header on every redirect
+    _same_bytes(store, info.id, model_repo)
+
+
+def test_a_redirect_to_another_host_gets_no_token(hub, store, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_ok")
+    hub.faults.gated[CATALOG_REPO] = "hf_ok"
+    hub.faults.redirect[WEIGHT] = "other"
+    error = _error(lambda: store.pull("qwen3-0.6b", **FAST))
+    assert error.code == "pull_unauthorized"  # the other host asked for it and did not get it
+    redirected = [a for p, a in zip(hub.requests, hub.auth, strict=False) if p.startswith("/redirected/")]
+    assert redirected and all(a is None for a in redirected)
+
+
+def test_the_hf_token_file_is_read_as_hf_auth_login_leaves_it(hub, store, monkeypatch, tmp_path, model_repo):
+    hub.faults.gated[CATALOG_REPO] = "hf_from_file"
+    (tmp_path / "hf-home").mkdir()
+    (tmp_path / "hf-home" / "token").write_text("hf_from_file\n")
+    info = store.pull("qwen3-0.6b", **FAST)
+    _same_bytes(store, info.id, model_repo)
+    monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "elsewhere"))
+    assert sources.config.hub_token("hf") is None
+
+
+def test_a_wrong_token_is_named_a_wrong_token(hub, store, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_typo")
+    hub.faults.valid_tokens = {"hf_real"}
+    error = _error(lambda: store.pull("qwen3-0.6b", **FAST))
+    assert error.code == "pull_unauthorized" and "refused the token" in error.message and "HF_TOKEN" in error.message
+
+
+def test_hf_hub_offline_sends_no_request(hub, store, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    error = _error(lambda: store.pull("qwen3-0.6b", **FAST))
+    assert "HF_HUB_OFFLINE" in error.message and hub.requests == []
+
+
+# ---------------------------------------------------------------- ModelScope as it is
+def test_modelscope_endpoint_comes_first_and_domain_still_works(hub, store, monkeypatch):
+    monkeypatch.setenv("MODELSCOPE_DOMAIN", "http://127.0.0.1:9")  # deprecated, and shadowed
+    assert sources.config.modelscope_endpoint() == hub.url
+    monkeypatch.delenv("MODELSCOPE_ENDPOINT")
+    monkeypatch.setenv("MODELSCOPE_DOMAIN", hub.url)
+    assert store.pull(f"modelscope:{MS_REPO}", **FAST).source["source"] == "modelscope"
+
+
+def test_a_private_modelscope_repo_opens_with_the_cookie_and_without_names_the_variable(hub, store, monkeypatch):
+    hub.faults.private_ms[MS_REPO] = "ms_token"
+    error = _error(lambda: store.pull(f"modelscope:{MS_REPO}", **FAST))
+    assert error.code == "model_not_found" and "MODELSCOPE_API_TOKEN" in error.message
+    monkeypatch.setenv("MODELSCOPE_API_TOKEN", "ms_token")
+    assert store.pull(f"modelscope:{MS_REPO}", **FAST).source["source"] == "modelscope"
+    assert "m_session_id=ms_token" in hub.cookies
+
+
+def test_a_modelscope_error_body_is_an_error_not_an_empty_model(hub, store):
+    del hub.modelscope[MS_REPO]
+    error = _error(lambda: store.pull(f"modelscope:{MS_REPO}", **FAST))
+    assert error.code == "model_not_found" and "not an MNN model" not in error.message
+
+
+def test_modelscope_update_sees_a_changed_file_though_the_branch_is_the_same(hub, store, model_repo):
+    # real listings: each file carries the revision of the last commit that touched it
+    revisions = {path: ("1" * 40 if i % 2 else "2" * 40) for i, path in enumerate(model_repo.files)}
+    hub.modelscope[MS_REPO] = Repo("master", dict(model_repo.files), revisions)
+    first = store.pull(f"modelscope:{MS_REPO}", **FAST)
+    assert first.source["commit"] != "master"
+    hub.served.clear()
+    assert store.pull(f"modelscope:{MS_REPO}", update=True, **FAST).source["commit"] == first.source["commit"]
+    assert hub.served == {}  # unchanged: nothing fetched
+    changed = dict(model_repo.files)
+    changed["tokenizer.mtok"] = changed["tokenizer.mtok"]  # same bytes, a new commit touched it
+    hub.served.clear()
+    hub.modelscope[MS_REPO] = Repo("master", changed, {**revisions, "tokenizer.mtok": "3" * 40})
+    updated = store.pull(f"modelscope:{MS_REPO}", update=True, **FAST)
+    assert updated.source["commit"] != first.source["commit"]
+    assert hub.served["tokenizer.mtok"] == len(changed["tokenizer.mtok"])  # fetched at its new revision
+    assert json.loads((store.path(updated.id) / ".source.json").read_text())["commit"] == updated.source["commit"]
