@@ -50,7 +50,7 @@ def direct_run(engine, messages, gen: int) -> dict[str, float]:
 def http_run(host: str, port: int, messages, gen: int) -> dict[str, float]:
     body = json.dumps({"messages": messages, "stream": True, "temperature": 0, "max_tokens": gen,
                        "ignore_eos": True}).encode()
-    request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+    request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
     stamps: list[float] = []
     buffer = b""
@@ -86,7 +86,7 @@ def health_latency(host: str, port: int, engine, messages, seconds: float = 3.0)
     time.sleep(0.2)
     latencies = []
     deadline = time.monotonic() + seconds
-    request = b"GET /health HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n"
+    request = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     while time.monotonic() < deadline:
         start = time.perf_counter()
         with socket.create_connection((host, port)) as sock:
