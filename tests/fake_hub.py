@@ -32,6 +32,7 @@ class Repo:
 class Faults:
     drop_after: dict[str, int] = field(default_factory=dict)  # path -> bytes sent before the connection drops (once)
     corrupt: set[str] = field(default_factory=set)  # paths served with one byte flipped
+    corrupt_once: set[str] = field(default_factory=set)  # paths whose next answer has one byte flipped
     statuses: dict[str, list[int]] = field(default_factory=dict)  # path -> statuses answered first
     gated: dict[str, str] = field(default_factory=dict)  # repo -> the token that opens it
     missing: set[str] = field(default_factory=set)  # paths listed but answered 404
@@ -183,7 +184,8 @@ class _Handler(tornado.web.RequestHandler):
         if path in faults.missing:
             self._not_found("EntryNotFound")
             return
-        if path in faults.corrupt:
+        if path in faults.corrupt or path in faults.corrupt_once:
+            faults.corrupt_once.discard(path)
             data = data[:len(data) // 2] + bytes([data[len(data) // 2] ^ 0xFF]) + data[len(data) // 2 + 1:]
         start = 0
         spec = self.request.headers.get("Range")

@@ -65,7 +65,8 @@ def _resume(part: Path, remote: RemoteFile) -> tuple[_Hasher, int]:
 
 def download(remote: RemoteFile, dest: Path, part: Path, headers: dict[str, str], source: str, *,
              on_bytes: ByteCallback | None = None, backoff: tuple[float, ...] = BACKOFF_S,
-             policy: UrlPolicy = DEFAULT_POLICY, stop: threading.Event | None = None) -> None:
+             policy: UrlPolicy = DEFAULT_POLICY, stop: threading.Event | None = None,
+             refetched: bool = False) -> None:
     """Download ``remote`` to ``dest`` via ``part``, resuming what an earlier
     attempt left there. A finished, verified ``dest`` is kept as it is.
     ``part`` must be where no other file of the model can land (a repo may
@@ -75,7 +76,8 @@ def download(remote: RemoteFile, dest: Path, part: Path, headers: dict[str, str]
     Every request after the first counts as an attempt, a restart from zero
     too (a source that ignores ``Range`` and ends early made 107,795 requests
     for one file): at most ``RETRIES`` of them without progress, and at
-    most ``RETRIES + 1`` times the file's size received in all."""
+    most ``RETRIES + 1`` times the file's size received in all. Bytes that
+    fail their hash are fetched once more before the file fails."""
     if dest.is_file() and dest.stat().st_size == remote.size:
         return
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -118,8 +120,12 @@ def download(remote: RemoteFile, dest: Path, part: Path, headers: dict[str, str]
         part.touch()
     if not hasher.matches():
         part.unlink(missing_ok=True)
-        raise MnnEngineError("pull_corrupt", f"{remote.path}: its {hasher.kind} does not match the source's; "
-                             "the download was deleted", param="files")
+        if not refetched:  # one corrupt body (a flaky proxy) costs one more fetch, not a failed pull
+            download(remote, dest, part, headers, source, on_bytes=on_bytes, backoff=backoff, policy=policy,
+                     stop=stop, refetched=True)
+            return
+        raise MnnEngineError("pull_corrupt", f"{remote.path}: its {hasher.kind} does not match the source's, "
+                             "twice; the download was deleted", param="files")
     os.replace(part, dest)
 
 

@@ -75,6 +75,20 @@ class _Stopped(Exception):
     """Another download of the same pull failed: stop this one."""
 
 
+def split_revision(spec: str, revision: str | None) -> tuple[str, str | None]:
+    """``SPEC@REV`` as the spec and its revision (a manifest URL is left whole:
+    its ``@`` may be a user name's)."""
+    if spec.startswith(("http://", "https://")) or "@" not in spec:
+        return spec, revision
+    spec, _, named = spec.rpartition("@")
+    if not spec or not named:
+        raise MnnEngineError("invalid_argument", "SPEC@REVISION needs both (e.g. hf:ORG/NAME@main)", param="model")
+    if revision is not None and revision != named:
+        raise MnnEngineError("invalid_argument", f"the spec says @{named} and the revision {revision!r}: give one",
+                             param="revision")
+    return spec, named
+
+
 def resolve_spec(spec: str, source: str | None,
                  policy: UrlPolicy = DEFAULT_POLICY) -> tuple[Callable[[str | None], Listing], str | None]:
     """What ``spec`` names: a function listing it at a revision, and the
@@ -113,7 +127,10 @@ def pull(store: PullTarget, spec: str, *, model_id: str | None = None, revision:
     """Pull ``spec`` (a catalog name, ``hf:ORG/NAME``, ``modelscope:ORG/NAME``,
     ``ORG/NAME`` or a manifest URL) into ``store``; see the module doc.
     ``policy``: what a manifest may make it fetch; ``stop``: set from another
-    thread, the pull ends at its next chunk (``pull_cancelled``), its bytes kept."""
+    thread, the pull ends at its next chunk (``pull_cancelled``), its bytes kept.
+    A repository or catalog spec may name its revision as ``SPEC@REV``
+    (``hf:ORG/NAME@<commit>``), the same as ``revision``."""
+    spec, revision = split_revision(spec, revision)
     lister, default_id = resolve_spec(spec, source, policy)
     if model_id is not None:
         check_model_id(model_id)
@@ -217,8 +234,8 @@ def _fetch_all(work: Path, listing: Listing, progress: Progress | None, workers:
                 raise _Stopped()
             with lock:
                 done[0] += count
-                if progress:
-                    progress(done[0], total, remote.path)
+                if progress:  # a file fetched again after a bad hash counts twice: never past the total
+                    progress(min(done[0], total), total, remote.path)
 
         download(remote, work / remote.path, _part(work, remote.path), listing.headers, listing.source,
                  on_bytes=on_bytes, backoff=backoff, policy=listing.policy, stop=asked_to_stop)

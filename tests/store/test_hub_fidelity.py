@@ -88,6 +88,23 @@ def test_a_200_with_content_range_is_a_partial_answer(hub, store, model_repo):
     assert hub.served[WEIGHT] == len(model_repo.files[WEIGHT])  # resumed: nothing sent twice
 
 
+def test_one_corrupt_body_is_fetched_again_in_the_same_run(hub, store, model_repo):
+    hub.faults.corrupt_once.add(WEIGHT)
+    info = store.pull("qwen3-0.6b", **FAST)
+    _same_bytes(store, info.id, model_repo)
+    assert hub.served[WEIGHT] == 2 * len(model_repo.files[WEIGHT])
+
+
+@pytest.mark.parametrize("spec", ["hf:taobao-mnn/Qwen3-0.6B-MNN@{commit}", "qwen3-0.6b@{commit}"])
+def test_a_spec_names_its_revision_after_an_at(hub, store, model_repo, spec):
+    info = store.pull(spec.format(commit=model_repo.commit), **FAST)
+    assert info.source["revision"] == model_repo.commit and info.id in ("qwen3-0-6b-mnn", "qwen3-0-6b")
+    assert _error(lambda: store.pull(f"{spec.format(commit='main')}", revision="other", update=True,
+                                     **FAST)).param == "revision"
+    assert _error(lambda: store.pull("hf:taobao-mnn/Qwen3-0.6B-MNN@nope", update=True, **FAST)).code == \
+        "model_not_found"
+
+
 # ---------------------------------------------------------------- retries
 def test_429_with_retry_after_is_waited_for_on_listings_and_files(hub, store, model_repo):
     hub.faults.throttled[f"listing:{CATALOG_REPO}"] = [(429, "1"), (503, "")]
