@@ -17,6 +17,12 @@ import tornado.netutil
 import tornado.web
 
 CHUNK = 64 << 10
+#: what the pull tests serve and pass: the catalog's qwen3-0.6b repo, its ModelScope twin, its big file,
+#: and a backoff short enough for tests
+CATALOG_REPO = "taobao-mnn/Qwen3-0.6B-MNN"
+MS_REPO = "MNN/Qwen3-0.6B-MNN"
+WEIGHT = "llm.mnn.weight"
+FAST = {"backoff": (0.01,)}
 LFS_MIN = 1024  # files from this size on are "LFS" files (SHA-256); smaller ones have a git blob id
 
 

@@ -7,21 +7,10 @@ import json
 import time
 
 import pytest
-from fake_hub import FakeHub, Repo, repo_from_dir
-from support import test_model_dir
+from fake_hub import CATALOG_REPO, FAST, MS_REPO, WEIGHT, FakeHub, Repo
 
 from mnn_engine import MnnEngineError, ModelStore
 from mnn_engine.hub import sources
-
-CATALOG_REPO = "taobao-mnn/Qwen3-0.6B-MNN"
-MS_REPO = "MNN/Qwen3-0.6B-MNN"
-FAST = {"backoff": (0.01,)}
-WEIGHT = "llm.mnn.weight"
-
-
-@pytest.fixture(scope="module")
-def model_repo():
-    return repo_from_dir(test_model_dir("tiny-scripted"))
 
 
 @pytest.fixture

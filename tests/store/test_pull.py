@@ -15,21 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_hub import FakeHub, repo_from_dir
+from fake_hub import CATALOG_REPO, FAST, WEIGHT, FakeHub, repo_from_dir
 from support import SCRIPTED_TEXT, test_model_dir
 
 from mnn_engine import Engine, Llm, MnnEngineError, ModelStore
 from mnn_engine.hub import sources
 from mnn_engine.store.pull import DISK_RESERVE
-
-CATALOG_REPO = "taobao-mnn/Qwen3-0.6B-MNN"  # the catalog's qwen3-0.6b
-FAST = {"backoff": (0.01,)}
-WEIGHT = "llm.mnn.weight"
-
-
-@pytest.fixture(scope="module")
-def model_repo():
-    return repo_from_dir(test_model_dir("tiny-scripted"))
 
 
 @pytest.fixture
