@@ -38,26 +38,31 @@ def human_size(n: float) -> str:
     return f"{n:.1f} GiB"
 
 def progress_bar(verb: str = "importing", stream=sys.stderr) -> Callable[[int, int, str], None]:
-    """A one-line bar with the speed (over this run's bytes) and the time left."""
+    """A one-line bar with the speed (over this run's bytes) and the time left:
+    redrawn at most ten times a second, 100 % only once everything is there,
+    and its last line ended once."""
     start = time.monotonic()
     last = [0.0]
     first: list[int] = []
+    ended = [False]
 
     def show(done: int, total: int, _name: str) -> None:
         now = time.monotonic()
         if not first:
             first.append(done)  # bytes a resumed pull already had do not count for the speed
-        if done < total and now - last[0] < 0.1:
+        if ended[0] or (done < total and now - last[0] < 0.1):
             return
         last[0] = now
         fraction = done / total if total else 1.0
         filled = int(fraction * 30)
+        percent = int(fraction * 100) if done < total else 100  # 99.6 % is not shown as 100 %
         speed = (done - first[0]) / max(now - start, 1e-3)
         eta = f" {(total - done) / speed:4.0f} s left" if speed > 0 and done < total else ""
-        stream.write(f"\r{verb} [{'#' * filled}{'.' * (30 - filled)}] {fraction:4.0%} "
+        stream.write(f"\r{verb} [{'#' * filled}{'.' * (30 - filled)}] {percent:3d}% "
                      f"{human_size(done)} / {human_size(total)}  {human_size(int(speed))}/s{eta}   ")
         if done >= total:
             stream.write("\n")
+            ended[0] = True
         stream.flush()
 
     return show

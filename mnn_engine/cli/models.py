@@ -67,8 +67,15 @@ def _models_info(args: argparse.Namespace) -> int:
 def _models_pull(args: argparse.Namespace) -> int:
     store = ModelStore()
     progress = progress_bar("pulling") if show_progress(args) else None
-    info = store.pull(args.spec, model_id=args.id, revision=args.revision, source=args.source, update=args.update,
-                      progress=progress)
+    try:
+        info = store.pull(args.spec, model_id=args.id, revision=args.revision, source=args.source,
+                          update=args.update, progress=progress)
+    except KeyboardInterrupt:  # one line, not a traceback: what was kept, and how to go on
+        kept = sum(f.stat().st_size for f in (store.root / "downloads").rglob("*") if f.is_file()) \
+            if (store.root / "downloads").is_dir() else 0
+        print(f"\npull stopped: {human_size(kept)} kept in {store.root / 'downloads'}; pull again to resume",
+              file=sys.stderr)
+        return 130
     if args.json:
         print_json(info.to_dict())
     else:

@@ -44,6 +44,8 @@ DISK_RESERVE = 64 << 20
 WORKERS = 3
 _REPO_SPEC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
+#: seconds between progress reports while no byte arrives
+PROGRESS_TICK_S = 0.5
 #: seconds a failed pull waits for its other files' reads to end (they stop at their next chunk)
 STOP_WAIT_S = 35.0
 class PullTarget(Protocol):
@@ -244,6 +246,14 @@ def _fetch_all(work: Path, listing: Listing, progress: Progress | None, workers:
 
     if progress:
         progress(0, total, "")
+    ticking = threading.Event()  # set when the downloads end
+    if progress:
+        def tick() -> None:  # the bar moves (its speed falls) even while no byte arrives
+            while not ticking.wait(PROGRESS_TICK_S):
+                with lock:
+                    progress(min(done[0], total), total, "")
+
+        threading.Thread(target=tick, name="mnn-pull-progress", daemon=True).start()
     # the largest first, so the long file starts at once and the small ones fill in beside it
     order = sorted(range(len(listing.files)), key=lambda i: -listing.files[i].size)
     pool = DaemonPool("mnn-pull", workers)  # daemon threads: a stuck read never keeps the process alive
@@ -253,13 +263,17 @@ def _fetch_all(work: Path, listing: Listing, progress: Progress | None, workers:
         failed = next((f.exception() for f in finished if f.exception() is not None), None)
         if failed is not None:  # the first file that failed, not the first submitted
             raise failed
-    except BaseException:
+    except BaseException as exc:
         stop.set()  # Ctrl-C or a failed file: the others stop at their next chunk, their bytes kept
         for future in futures:
             future.cancel()
-        if not asked_to_stop.is_set():  # a stopped pull does not wait for reads in progress
+        # A failed file waits for the others' reads to end; Ctrl-C and a stopped pull do not (on a slow
+        # link a read can take seconds; what is on disk is a prefix of each file, whatever is cut)
+        if not asked_to_stop.is_set() and not isinstance(exc, KeyboardInterrupt):
             wait(futures, timeout=STOP_WAIT_S)
         raise
+    finally:
+        ticking.set()
     if progress:
         progress(total, total, "")
 

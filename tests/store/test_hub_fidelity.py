@@ -3,6 +3,7 @@ services' behaviour, as the fake hub's comments name its source."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 
@@ -194,3 +195,50 @@ def test_modelscope_update_sees_a_changed_file_though_the_branch_is_the_same(hub
     assert updated.source["commit"] != first.source["commit"]
     assert hub.served["tokenizer.mtok"] == len(changed["tokenizer.mtok"])  # fetched at its new revision
     assert json.loads((store.path(updated.id) / ".source.json").read_text())["commit"] == updated.source["commit"]
+
+
+# ---------------------------------------------------------------- what the user sees
+def test_ctrl_c_on_a_slow_link_stops_at_once_with_one_line(hub, store, model_repo):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    hub.faults.delay_s, hub.faults.chunk = 0.05, 4096  # a trickle: 80 KiB/s
+    env = {**os.environ, "MNN_ENGINE_HOME": str(store.root)}
+    child = subprocess.Popen([sys.executable, "-m", "mnn_engine", "models", "pull", "qwen3-0.6b", "--progress"],
+                             cwd="/", env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while hub.served.get(WEIGHT, 0) < 64 << 10:
+        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+        time.sleep(0.02)
+    child.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    _, err = child.communicate(timeout=30)
+    assert time.monotonic() - started < 3 and child.returncode == 130  # was 7 s and a traceback
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("pull stopped: ")
+    assert "kept in" in err and "pull again to resume" in err
+
+
+def test_the_progress_bar_moves_without_bytes_and_ends_once():
+    import io
+
+    from mnn_engine.cli.common import progress_bar
+
+    out = io.StringIO()
+    show = progress_bar("pulling", out)
+    show(0, 1000, "")
+    time.sleep(0.11)
+    show(996, 1000, "x")
+    assert "99%" in out.getvalue() and "100%" not in out.getvalue()  # 99.6 % is not yet done
+    show(1000, 1000, "")
+    show(1000, 1000, "")  # the pull's own final report after the last file's
+    assert out.getvalue().count("100%") == 1 and out.getvalue().endswith("\n")
+
+
+def test_a_pull_reports_progress_while_no_byte_arrives(hub, store):
+    hub.faults.delay_s, hub.faults.chunk = 0.7, 8 << 20  # a stall longer than a report's interval
+    reports = []
+    store.pull("qwen3-0.6b", progress=lambda done, total, name: reports.append((time.monotonic(), done)), **FAST)
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(reports)]
+    assert max(gaps) < 0.7  # at least twice a second
