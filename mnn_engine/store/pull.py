@@ -187,18 +187,42 @@ def _check_paths(listing: Listing) -> None:
 
 
 def _prepare(work: Path, listing: Listing) -> None:
-    """Keep what an earlier pull of the same revision left; start over otherwise."""
+    """Keep what an earlier pull left of files the listing still has unchanged."""
     _check_paths(listing)
     record = json.dumps(listing.to_dict(), sort_keys=True)
-    with contextlib.suppress(OSError):
-        if (work / PULL_FILE).read_text() != record:
-            shutil.rmtree(work)
-            shutil.rmtree(_partials(work), ignore_errors=True)
-    if work.exists() and not (work / PULL_FILE).is_file():
-        shutil.rmtree(work)
+    try:
+        earlier = (work / PULL_FILE).read_text()
+    except OSError:
+        earlier = None
+    if earlier is None:  # not a pull's directory (or none): nothing in it is known
+        shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(_partials(work), ignore_errors=True)
+    elif earlier is not None and earlier != record:
+        _keep_unchanged(work, earlier, listing)
     work.mkdir(parents=True, exist_ok=True)
     (work / PULL_FILE).write_text(record)
+
+
+def _keep_unchanged(work: Path, earlier: str, listing: Listing) -> None:
+    """The listing changed since the bytes on disk were fetched (an upstream
+    commit): keep the files, finished or partial, whose expected size and
+    hash are the same in both, and delete the rest."""
+    try:
+        before = {f["path"]: f for f in json.loads(earlier)["files"]}
+    except (ValueError, KeyError, TypeError):
+        before = {}
+    now = {f["path"]: f for f in listing.to_dict()["files"]}
+    keep = {path for path, entry in now.items() if before.get(path) == entry}
+    for root in (work, _partials(work)):
+        if not root.is_dir():
+            continue
+        for found in sorted(root.rglob("*"), reverse=True):  # files before their directories
+            name = found.relative_to(root).as_posix().removesuffix(PART_SUFFIX if root != work else "")
+            if found.is_dir():
+                with contextlib.suppress(OSError):
+                    found.rmdir()  # only when empty
+            elif name not in keep:
+                found.unlink()
 
 
 def _on_disk(work: Path, path: str, size: int) -> int:

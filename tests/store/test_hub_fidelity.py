@@ -242,3 +242,17 @@ def test_a_pull_reports_progress_while_no_byte_arrives(hub, store):
     store.pull("qwen3-0.6b", progress=lambda done, total, name: reports.append((time.monotonic(), done)), **FAST)
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(reports)]
     assert max(gaps) < 0.7  # at least twice a second
+
+
+# ---------------------------------------------------------------- resumes that keep what they can
+def test_a_listing_changed_between_runs_keeps_the_unchanged_files(hub, store, model_repo):
+    hub.faults.missing.add("config.json")  # the first run fetches the rest, then fails
+    assert _error(lambda: store.pull("qwen3-0.6b", workers=1, **FAST)).code == "model_not_found"
+    assert hub.served[WEIGHT] == len(model_repo.files[WEIGHT])
+    hub.faults.missing.clear()
+    changed = {**model_repo.files, "README.md": b"a new commit changed only this file\n"}
+    hub.hf[CATALOG_REPO] = Repo("d" * 40, changed)
+    hub.served.clear()
+    info = store.pull("qwen3-0.6b", **FAST)
+    assert WEIGHT not in hub.served and "README.md" in hub.served  # was: every kept byte deleted
+    _same_bytes(store, info.id, hub.hf[CATALOG_REPO])
