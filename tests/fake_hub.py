@@ -60,6 +60,10 @@ class Faults:
     #: ModelScope repo -> the token that opens it; without it the listing is a plain 404, as ModelScope
     #: answers for a private repository
     private_ms: dict[str, str] = field(default_factory=dict)
+    #: entries per page of the tree listing (the hub pages it, Link: rel="next" with a cursor)
+    tree_page: int = 1000
+    #: when set, the revision info's siblings stop after this many (the hub cuts them short on large repos)
+    siblings_limit: int | None = None
     #: when set, a Bearer token outside it is 401 "Invalid credentials in Authorization header" (the hub's)
     valid_tokens: set[str] | None = None
 
@@ -85,6 +89,8 @@ class FakeHub:
         #: repo -> the bytes answered as its revision info (the shape huggingface_hub's HfApi.model_info parses,
         #: /api/models/{repo}/revision/{rev}?blobs=true, broken on purpose: a mirror or proxy answering junk)
         self.raw_hf_info: dict[str, bytes] = {}
+        #: repo -> the bytes answered as its tree listing (broken on purpose, as raw_hf_info)
+        self.raw_hf_tree: dict[str, bytes] = {}
         self.faults = Faults()
         self.served: dict[str, int] = {}  # path -> bytes sent
         self.ranges: list[tuple[str, str | None]] = []  # (path, Range header)
@@ -114,6 +120,7 @@ class FakeHub:
         asyncio.set_event_loop(self._loop)
         app = tornado.web.Application([
             (r"/api/models/([^/]+/[^/]+)/revision/([^/]+)", _HfInfo, {"hub": self}),
+            (r"/api/models/([^/]+/[^/]+)/tree/([^/]+)", _HfTree, {"hub": self}),
             (r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", _HfResolve, {"hub": self}),
             (r"/redirected/([^/]+/[^/]+)/([^/]+)/(.+)", _HfRedirected, {"hub": self}),
             (r"/api/v1/models/([^/]+/[^/]+)/repo/files", _MsFiles, {"hub": self}),
@@ -250,7 +257,40 @@ class _HfInfo(_Handler):
             if len(data) >= LFS_MIN:
                 item["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
             siblings.append(item)
-        self.finish({"id": repo, "sha": entry.commit, "siblings": siblings})
+        limit = self.hub.faults.siblings_limit
+        self.finish({"id": repo, "sha": entry.commit, "siblings": siblings[:limit] if limit is not None else siblings})
+
+
+class _HfTree(_Handler):
+    """/api/models/{repo}/tree/{rev}?recursive=true: entries as huggingface_hub 2.4 hf_api.py RepoFile and
+    RepoFolder read them, paged with Link: <...&cursor=...>; rel="next" (utils/_pagination.py)."""
+
+    def get(self, repo: str, revision: str) -> None:
+        if self.throttled(f"tree:{repo}") or self._gate(repo):
+            return
+        if repo in self.hub.raw_hf_tree:
+            self.set_header("Content-Type", "application/json")
+            self.finish(self.hub.raw_hf_tree[repo])
+            return
+        entry = self.hub.hf.get(repo)
+        if entry is None or revision not in ("main", entry.commit):
+            self._not_found("RevisionNotFound")
+            return
+        items: list[dict] = []
+        for directory in sorted({p.rsplit("/", 1)[0] for p in entry.files if "/" in p}):
+            items.append({"type": "directory", "oid": "0" * 40, "size": 0, "path": directory})
+        for path, data in entry.files.items():
+            item = {"type": "file", "oid": git_blob_sha1(data), "size": len(data), "path": path}
+            if len(data) >= LFS_MIN:
+                item["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+            items.append(item)
+        start = int(self.get_argument("cursor", "0"))
+        end = start + self.hub.faults.tree_page
+        if end < len(items):
+            base = f"{self.hub.url}/api/models/{repo}/tree/{revision}?recursive=true&expand=false"
+            self.set_header("Link", f'<{base}&cursor={end}>; rel="next"')
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(items[start:end]))
 
 
 class _HfResolve(_Handler):

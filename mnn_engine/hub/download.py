@@ -11,12 +11,13 @@ import os
 import re
 import threading
 import urllib.error
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..errors import MnnEngineError
-from .sources import DEFAULT_POLICY, RemoteFile, Retry, UrlPolicy, open_url
+from .sources import DEFAULT_POLICY, WAYS_OUT, RemoteFile, Retry, UrlPolicy, open_url
 
 CHUNK = 1 << 20
 #: what a partial file is called, in the place the caller keeps partials
@@ -111,8 +112,9 @@ def download(remote: RemoteFile, dest: Path, part: Path, headers: dict[str, str]
                                      "free space and pull again: it resumes", param="files") from exc
             attempt += 1
             if attempt > RETRIES:
-                raise MnnEngineError("pull_failed", f"{remote.path}: {exc} (after {RETRIES} retries; pull again "
-                                     "to resume)", param="files") from exc
+                host = urllib.parse.urlsplit(remote.url).netloc
+                raise MnnEngineError("pull_failed", f"{remote.path}: {exc} from {host} (after {RETRIES} retries; "
+                                     f"pull again to resume, or {WAYS_OUT})", param="files") from exc
             if (stop or threading.Event()).wait(backoff[min(attempt - 1, len(backoff) - 1)]):
                 raise MnnEngineError("pull_cancelled", f"{remote.path}: the pull was stopped", param="files") from exc
             hasher, have = _resume(part, remote)  # what the failed attempt wrote before it broke counts

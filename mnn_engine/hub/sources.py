@@ -170,7 +170,7 @@ class UrlPolicy:
 
 DEFAULT_POLICY = UrlPolicy()
 #: what to try when a hub cannot be reached
-_WAYS_OUT = ("try --source modelscope or --source hf, HF_ENDPOINT or MODELSCOPE_ENDPOINT for a mirror, a local "
+WAYS_OUT = ("try --source modelscope or --source hf, HF_ENDPOINT or MODELSCOPE_ENDPOINT for a mirror, a local "
              "model directory, or tools/models/build_test_models.py for a test model")
 
 
@@ -214,9 +214,9 @@ class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
 
 def open_url(url: str, headers: dict[str, str], *, what: str, source: str,
              extra: dict[str, str] | None = None, timeout: float = TIMEOUT_S,
-             policy: UrlPolicy = DEFAULT_POLICY, retry: Retry = DEFAULT_RETRY) -> Any:
+             policy: UrlPolicy = DEFAULT_POLICY, retry: Retry | None = None) -> Any:
     """Open ``url`` (GET) if ``policy`` allows it, trying again on 408, 429
-    and 5xx as ``retry`` says. The credentials in ``headers`` go to the
+    and 5xx as ``retry`` says (``DEFAULT_RETRY`` when None). The credentials in ``headers`` go to the
     source's own host only. HTTP errors become MnnEngineError with the
     variable to set named for 401/403."""
     policy.check(url, referrer=url, what=what)
@@ -224,6 +224,7 @@ def open_url(url: str, headers: dict[str, str], *, what: str, source: str,
         raise MnnEngineError("pull_failed", f"{what}: HF_HUB_OFFLINE is set, so no request goes to the hub "
                              "(unset it to pull, or load a model directory)", param="model")
     opener = urllib.request.build_opener(_CheckedRedirects(policy, headers, _origin(url)))
+    retry = retry or DEFAULT_RETRY
     attempt = 0
     while True:
         request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **(extra or {})})
@@ -278,12 +279,24 @@ def http_error(status: int, hub_code: str, what: str, source: str, hub_message: 
 
 
 def _read_json(url: str, headers: dict[str, str], what: str, source: str,
-               policy: UrlPolicy = DEFAULT_POLICY, retry: Retry = DEFAULT_RETRY) -> Any:
+               policy: UrlPolicy = DEFAULT_POLICY, retry: Retry | None = None) -> Any:
+    return _read_json_page(url, headers, what, source, policy, retry)[0]
+
+
+_NEXT_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
+
+
+def _read_json_page(url: str, headers: dict[str, str], what: str, source: str,
+                    policy: UrlPolicy = DEFAULT_POLICY, retry: Retry | None = None) -> tuple[Any, str | None]:
+    """An answer's JSON and the URL of its next page (``Link: <...>; rel="next"``, GitHub's format, which
+    the Hugging Face tree listing uses: huggingface_hub 2.4 utils/_pagination.py)."""
+    retry = retry or DEFAULT_RETRY
     attempt = 0
     while True:  # a dropped connection is tried again too, as an HTTP 5xx is by open_url
         try:
             with open_url(url, headers, what=what, source=source, policy=policy, retry=retry) as response:
                 data = response.read(MAX_LISTING_BYTES + 1)
+                link = _NEXT_LINK.search(response.headers.get("Link") or "")
             break
         except MnnEngineError:
             raise
@@ -291,13 +304,16 @@ def _read_json(url: str, headers: dict[str, str], what: str, source: str,
             if attempt >= retry.times:
                 reason = getattr(exc, "reason", exc)
                 raise MnnEngineError("pull_failed", f"{what}: {reason} (host {urllib.parse.urlsplit(url).netloc}; "
-                                     f"{_WAYS_OUT})") from exc
+                                     f"{WAYS_OUT})") from exc
         retry.wait(attempt, None, what)
         attempt += 1
     if len(data) > MAX_LISTING_BYTES:
         raise MnnEngineError("pull_failed", f"{what}: the answer is larger than {MAX_LISTING_BYTES >> 20} MiB")
+    following = urllib.parse.urljoin(url, link.group(1)) if link else None
+    if following is not None and _origin(following) != _origin(url):
+        raise MnnEngineError("pull_failed", f"{what}: the next page is on another host ({_shown(following)})")
     try:
-        return jsonutil.loads(data)
+        return jsonutil.loads(data), following
     except RecursionError:
         raise MnnEngineError("pull_failed", f"{what}: the answer is nested too deeply") from None
     except ValueError as exc:
@@ -338,24 +354,22 @@ def list_hf(repo: str, revision: str = "main") -> Listing:
     _check_repo(repo)
     headers = _token_header("hf")
     base = config.hf_endpoint()
-    info = _read_json(f"{base}/api/models/{repo}/revision/{urllib.parse.quote(revision, safe='')}?blobs=true",
+    info = _read_json(f"{base}/api/models/{repo}/revision/{urllib.parse.quote(revision, safe='')}",
                       headers, f"hf:{repo}@{revision}", "hf")
     commit = info.get("sha") if isinstance(info, dict) else None
-    siblings = info.get("siblings") if isinstance(info, dict) else None
-    if not isinstance(commit, str) or not _SHA1.match(commit) or not isinstance(siblings, list):
-        raise MnnEngineError("pull_failed", f"hf:{repo}: the hub's answer has no commit or file list")
+    if not isinstance(commit, str) or not _SHA1.match(commit):
+        raise MnnEngineError("pull_failed", f"hf:{repo}: the hub's answer has no commit")
     files = []
-    for entry in siblings:
-        entry = _object(entry, f"hf:{repo}")
-        path = _check_relative(entry.get("rfilename"), f"hf:{repo}")
+    for entry in _hf_tree(base, repo, commit, headers):
+        path = _check_relative(entry.get("path"), f"hf:{repo}")
         lfs = entry.get("lfs") or {}
         if not isinstance(lfs, dict):
             raise MnnEngineError("pull_failed", f"hf:{repo}: the lfs entry of {path} is not an object")
         size = lfs.get("size", entry.get("size"))
         if not isinstance(size, int) or size < 0:
             raise MnnEngineError("pull_failed", f"hf:{repo}: no size for {path}")
-        sha256 = lfs.get("sha256")
-        blob = entry.get("blobId")
+        sha256 = lfs.get("oid", lfs.get("sha256"))
+        blob = entry.get("oid")
         if not (isinstance(sha256, str) and _SHA256.match(sha256)) and not (isinstance(blob, str)
                                                                           and _SHA1.match(blob)):
             raise MnnEngineError("pull_failed", f"hf:{repo}: no hash for {path}")
@@ -364,6 +378,28 @@ def list_hf(repo: str, revision: str = "main") -> Listing:
                                 sha256=sha256 if isinstance(sha256, str) and _SHA256.match(sha256) else None,
                                 git_sha1=None if isinstance(sha256, str) and _SHA256.match(sha256) else blob))
     return Listing("hf", repo, revision, commit, tuple(files), headers)
+
+
+#: the most pages a tree listing may take (a repo of 100,000 files at the hub's 1,000 a page)
+MAX_TREE_PAGES = 100
+
+
+def _hf_tree(base: str, repo: str, commit: str, headers: dict[str, str]) -> list[dict[str, Any]]:
+    """Every file of the repository at ``commit``: the recursive tree listing,
+    page after page (the revision info's ``siblings`` is cut short on large
+    repositories; MNN's own downloader lists the tree too). Entries as
+    huggingface_hub 2.4 hf_api.py RepoFile reads them: ``path``, ``size``,
+    ``oid`` (the git blob), ``lfs`` with ``oid`` (SHA-256) and ``size``."""
+    url: str | None = f"{base}/api/models/{repo}/tree/{commit}?recursive=true&expand=false"
+    entries: list[dict[str, Any]] = []
+    for _ in range(MAX_TREE_PAGES):
+        if url is None:
+            return entries
+        page, url = _read_json_page(url, headers, f"hf:{repo}@{commit}", "hf")
+        if not isinstance(page, list):
+            raise MnnEngineError("pull_failed", f"hf:{repo}: the hub's tree listing is not a list")
+        entries += [e for e in (_object(e, f"hf:{repo}") for e in page) if e.get("type") != "directory"]
+    raise MnnEngineError("pull_failed", f"hf:{repo}: the tree listing has more than {MAX_TREE_PAGES} pages")
 
 
 # ---------------------------------------------------------------- ModelScope

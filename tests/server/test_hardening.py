@@ -283,10 +283,11 @@ def test_hostile_listings_end_the_pull_stream_with_an_error(tmp_path_factory, hu
         hub.raw_manifests["m"] = json.dumps(manifest).encode()
     elif case == "not_json":
         hub.raw_manifests["m"] = b"<html>"
-    else:  # a Hugging Face listing with a non-object sibling, or a non-object lfs entry
+    else:  # a Hugging Face tree listing with a non-object entry, or a non-object lfs entry
         spec = "hf:org/repo"
-        sibling = 5 if case == "entry" else {"rfilename": "a", "size": 1, "lfs": [1]}
-        hub.raw_hf_info["org/repo"] = json.dumps({"sha": "c" * 40, "siblings": [sibling]}).encode()
+        item = 5 if case == "entry" else {"type": "file", "path": "a", "size": 1, "lfs": [1]}
+        hub.raw_hf_info["org/repo"] = json.dumps({"sha": "c" * 40, "siblings": []}).encode()
+        hub.raw_hf_tree["org/repo"] = json.dumps([item]).encode()
     live = Live(tmp_path_factory.mktemp(case), "tiny", allow_pull_urls=[hub.url + "/*"])
     try:
         status, lines = _pull(live, spec, stream=True)

@@ -256,3 +256,19 @@ def test_a_listing_changed_between_runs_keeps_the_unchanged_files(hub, store, mo
     info = store.pull("qwen3-0.6b", **FAST)
     assert WEIGHT not in hub.served and "README.md" in hub.served  # was: every kept byte deleted
     _same_bytes(store, info.id, hub.hf[CATALOG_REPO])
+
+
+def test_the_hf_file_list_is_the_paged_tree_not_the_cut_short_siblings(hub, store, model_repo):
+    hub.faults.siblings_limit, hub.faults.tree_page = 1, 2  # a large repo's revision info lists a few files
+    info = store.pull("qwen3-0.6b", **FAST)
+    _same_bytes(store, info.id, model_repo)
+    pages = [p for p in hub.requests if "/tree/" in p]
+    assert len(pages) >= len(model_repo.files) // 2  # every page followed
+
+
+def test_an_unreachable_hub_is_named_with_the_ways_out(hub, store, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setattr(sources, "DEFAULT_RETRY", sources.Retry(times=1, backoff=(0.01,)))
+    error = _error(lambda: store.pull("qwen3-0.6b", **FAST))
+    assert error.code == "pull_failed" and "127.0.0.1:9" in error.message
+    assert "--source modelscope" in error.message and "HF_ENDPOINT" in error.message
