@@ -1,5 +1,7 @@
 """Fast JSON where orjson is installed (it is optional: Termux has no
-package for it), the standard library otherwise. Same results either way."""
+package for it), the standard library otherwise. Same results either way,
+but for integers beyond 64 bits, which orjson reads as floats: every integer
+field refuses both (tests/test_jsonutil.py)."""
 
 from __future__ import annotations
 
@@ -22,9 +24,16 @@ def dumps(data: Any) -> bytes:
 
 
 def loads(text: str | bytes) -> Any:
-    """Parse JSON; raises ValueError on bad input (NaN and Infinity refused)."""
+    """Parse JSON; raises ValueError on bad input (NaN and Infinity refused),
+    RecursionError on input nested too deeply for the standard library."""
     if orjson is not None:
-        return orjson.loads(text)
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            # orjson refuses some valid JSON: escaped lone surrogates ("\ud800", which RFC 8259 admits and
+            # the field checks then name) and nesting past 1,024 levels. The standard library decides,
+            # so both backends give the same result, and bad input is only parsed twice.
+            pass
     return json.loads(text, parse_constant=_refuse)
 
 

@@ -57,8 +57,8 @@ class Faults:
     ok_with_range: set[str] = field(default_factory=set)
     #: path -> "same" (302 to this host) or "other" (302 to another host name): where the hubs send files
     redirect: dict[str, str] = field(default_factory=dict)
-    #: ModelScope repo -> the token that opens it; without it the listing is a plain 404, as ModelScope
-    #: answers for a private repository
+    #: ModelScope repo -> the token (the m_session_id cookie) that opens it; without it the listing is a
+    #: plain HTTP 404, as ModelScope answers for a private repository
     private_ms: dict[str, str] = field(default_factory=dict)
     #: entries per page of the tree listing (the hub pages it, Link: rel="next" with a cursor)
     tree_page: int = 1000
@@ -234,22 +234,34 @@ class _Handler(tornado.web.RequestHandler):
         self.finish()
 
 
-class _HfInfo(_Handler):
-    def get(self, repo: str, revision: str) -> None:
-        if self.throttled(f"listing:{repo}") or self._gate(repo):
-            return
-        if repo in self.hub.raw_hf_info:
+class _HfListing(_Handler):
+    def _hf_listing(self, fault: str, raw: dict[str, bytes], repo: str, revision: str) -> Repo | None:
+        """The repository a listing route lists, or None when the answer is given
+        already: a planned fault, the gate, raw bytes, or the hub's own refusals
+        (401 RepoNotFound for an unknown repository, which the hub does not tell
+        from a private one; 404 RevisionNotFound)."""
+        if self.throttled(fault) or self._gate(repo):
+            return None
+        if repo in raw:
             self.set_header("Content-Type", "application/json")
-            self.finish(self.hub.raw_hf_info[repo])
-            return
+            self.finish(raw[repo])
+            return None
         entry = self.hub.hf.get(repo)
         if entry is None:
-            self.set_status(401)  # the hub hides whether a repository exists
+            self.set_status(401)
             self.set_header("X-Error-Code", "RepoNotFound")
             self.finish({"error": "Repository not found"})
-            return
+            return None
         if revision not in ("main", entry.commit):
             self._not_found("RevisionNotFound")
+            return None
+        return entry
+
+
+class _HfInfo(_HfListing):
+    def get(self, repo: str, revision: str) -> None:
+        entry = self._hf_listing(f"listing:{repo}", self.hub.raw_hf_info, repo, revision)
+        if entry is None:
             return
         siblings = []
         for path, data in entry.files.items():
@@ -261,20 +273,13 @@ class _HfInfo(_Handler):
         self.finish({"id": repo, "sha": entry.commit, "siblings": siblings[:limit] if limit is not None else siblings})
 
 
-class _HfTree(_Handler):
+class _HfTree(_HfListing):
     """/api/models/{repo}/tree/{rev}?recursive=true: entries as huggingface_hub 2.4 hf_api.py RepoFile and
     RepoFolder read them, paged with Link: <...&cursor=...>; rel="next" (utils/_pagination.py)."""
 
     def get(self, repo: str, revision: str) -> None:
-        if self.throttled(f"tree:{repo}") or self._gate(repo):
-            return
-        if repo in self.hub.raw_hf_tree:
-            self.set_header("Content-Type", "application/json")
-            self.finish(self.hub.raw_hf_tree[repo])
-            return
-        entry = self.hub.hf.get(repo)
-        if entry is None or revision not in ("main", entry.commit):
-            self._not_found("RevisionNotFound")
+        entry = self._hf_listing(f"tree:{repo}", self.hub.raw_hf_tree, repo, revision)
+        if entry is None:
             return
         items: list[dict] = []
         for directory in sorted({p.rsplit("/", 1)[0] for p in entry.files if "/" in p}):
@@ -328,8 +333,14 @@ class _MsFiles(_Handler):
             return
         entry = self.hub.modelscope.get(repo)
         token = self.hub.faults.private_ms.get(repo)
-        if entry is None or (token is not None and self.request.headers.get("Cookie") != f"m_session_id={token}"):
-            # ModelScope's answer to an unknown or private repository: HTTP 200, the error in the body
+        if token is not None and self.request.headers.get("Cookie") != f"m_session_id={token}":
+            # a private repository asked for without its token: a plain HTTP 404 (as issue 27 recorded the
+            # real endpoint answering; modelscope_hub 0.5.1 _legacy_api.py raises on the status first)
+            self.set_status(404)
+            self.finish({"Code": 404, "Message": "model not found", "Success": False, "Data": None})
+            return
+        if entry is None:
+            # an unknown one: HTTP 200 with the error in the body (the same client then checks Code/Success)
             self.finish({"Code": 404, "Message": "model not found", "Success": False, "Data": None})
             return
         files = [{"Path": p, "Name": p.rsplit("/", 1)[-1], "Size": len(b), "Sha256": hashlib.sha256(b).hexdigest(),

@@ -475,11 +475,13 @@ class OutputParser:
             name = _call_name(body, found.start())
             if name is None or not body[start:].lstrip().startswith("{"):
                 return  # no name yet, or arguments that are not an object: the call is sent whole at its end
-            self._streamed = {"id": "call_" + secrets.token_hex(12), "type": "function",
-                              "function": {"name": name, "arguments": ""}, "index": len(self.tool_calls)}
-            self.tool_calls.append(self._streamed)
+            call_id, index = "call_" + secrets.token_hex(12), len(self.tool_calls)
+            self._streamed = {"id": call_id, "type": "function", "function": {"name": name, "arguments": ""},
+                              "index": index}
+            self.tool_calls.append(self._streamed)  # its arguments grow as they are sent
             self._sent, self._arguments_end = 0, None
-            out.append(Delta("tool_call", tool_call=json.loads(json.dumps(self._streamed))))
+            out.append(Delta("tool_call", tool_call={"index": index, "id": call_id, "type": "function",
+                                                     "function": {"name": name, "arguments": ""}}))
         text = body[start:].lstrip()
         ready = len(text.rstrip("} \t\r\n"))
         if self._arguments_end is None and "}" in text[self._sent:]:  # perhaps the object is whole now

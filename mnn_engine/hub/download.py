@@ -66,8 +66,7 @@ def _resume(part: Path, remote: RemoteFile) -> tuple[_Hasher, int]:
 
 def download(remote: RemoteFile, dest: Path, part: Path, headers: dict[str, str], source: str, *,
              on_bytes: ByteCallback | None = None, backoff: tuple[float, ...] = BACKOFF_S,
-             policy: UrlPolicy = DEFAULT_POLICY, stop: threading.Event | None = None,
-             refetched: bool = False) -> None:
+             policy: UrlPolicy = DEFAULT_POLICY, stop: threading.Event | None = None) -> None:
     """Download ``remote`` to ``dest`` via ``part``, resuming what an earlier
     attempt left there. A finished, verified ``dest`` is kept as it is.
     ``part`` must be where no other file of the model can land (a repo may
@@ -83,6 +82,20 @@ def download(remote: RemoteFile, dest: Path, part: Path, headers: dict[str, str]
         return
     dest.parent.mkdir(parents=True, exist_ok=True)
     part.parent.mkdir(parents=True, exist_ok=True)
+    retry = Retry(RETRIES, backoff, stop)
+    for _ in range(2):  # one corrupt body (a flaky proxy) costs one more fetch, not a failed pull
+        hasher = _fetch(remote, part, headers, source, on_bytes, policy, retry)
+        if hasher.matches():
+            os.replace(part, dest)
+            return
+        part.unlink(missing_ok=True)
+    raise MnnEngineError("pull_corrupt", f"{remote.path}: its {hasher.kind} does not match the source's, "
+                         "twice; the download was deleted", param="files")
+
+
+def _fetch(remote: RemoteFile, part: Path, headers: dict[str, str], source: str, on_bytes: ByteCallback | None,
+           policy: UrlPolicy, retry: Retry) -> _Hasher:
+    """All of ``remote``'s bytes into ``part`` (from what it holds), and their hash."""
     hasher, have = _resume(part, remote)
     if on_bytes and have:
         on_bytes(have)
@@ -90,8 +103,7 @@ def download(remote: RemoteFile, dest: Path, part: Path, headers: dict[str, str]
     budget = (RETRIES + 1) * max(remote.size, CHUNK)  # bytes received in all, restarts included
     while have < remote.size:
         try:
-            got = _fetch_range(remote, part, have, hasher, headers, source, on_bytes, policy,
-                               Retry(RETRIES, backoff, stop))
+            got = _fetch_range(remote, part, have, hasher, headers, source, on_bytes, policy, retry)
             if got == 0:
                 raise ConnectionError("the source sent no bytes")
             have += got
@@ -115,20 +127,11 @@ def download(remote: RemoteFile, dest: Path, part: Path, headers: dict[str, str]
                 host = urllib.parse.urlsplit(remote.url).netloc
                 raise MnnEngineError("pull_failed", f"{remote.path}: {exc} from {host} (after {RETRIES} retries; "
                                      f"pull again to resume, or {WAYS_OUT})", param="files") from exc
-            if (stop or threading.Event()).wait(backoff[min(attempt - 1, len(backoff) - 1)]):
-                raise MnnEngineError("pull_cancelled", f"{remote.path}: the pull was stopped", param="files") from exc
+            retry.wait(attempt - 1, None, remote.path)  # the same backoff as a 5xx's, ended by a stop
             hasher, have = _resume(part, remote)  # what the failed attempt wrote before it broke counts
     if not part.exists():  # an empty file
         part.touch()
-    if not hasher.matches():
-        part.unlink(missing_ok=True)
-        if not refetched:  # one corrupt body (a flaky proxy) costs one more fetch, not a failed pull
-            download(remote, dest, part, headers, source, on_bytes=on_bytes, backoff=backoff, policy=policy,
-                     stop=stop, refetched=True)
-            return
-        raise MnnEngineError("pull_corrupt", f"{remote.path}: its {hasher.kind} does not match the source's, "
-                             "twice; the download was deleted", param="files")
-    os.replace(part, dest)
+    return hasher
 
 
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")

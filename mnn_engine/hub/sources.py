@@ -65,8 +65,9 @@ class Retry:
         seconds = _retry_after_seconds(retry_after)
         if seconds is None:
             seconds = self.backoff[min(attempt, len(self.backoff) - 1)]
-        stopped = self.stop.wait(seconds) if self.stop is not None else time.sleep(seconds)
-        if stopped:
+        if self.stop is None:
+            time.sleep(seconds)
+        elif self.stop.wait(seconds):
             raise MnnEngineError("pull_cancelled", f"{what}: the pull was stopped", param="model")
 
 

@@ -154,10 +154,6 @@ class PreparedGeneration:
     def core(self) -> _mnn.LlmCore:
         return self.claim.core
 
-    @property
-    def seed(self) -> int:
-        return self.settings.seed
-
     def run(self, callback: TokenCallback | None = None,
             on_prompt: PromptCallback | None = None) -> GenerationResult:
         """Generate; ``on_prompt(text, dropped)`` gets the rendered prompt first."""

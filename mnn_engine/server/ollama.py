@@ -129,10 +129,10 @@ class PsHandler(OllamaHandler):
 class OllamaBodyHandler(BodyHandler, OllamaHandler):
     """A POST route of Ollama's, and NDJSON streams."""
 
-    def model_named_in(self, body: Any) -> str:
-        """The served model's name, when ``body``'s ``model`` names it: as
-        Ollama, 400 without a model and 404 for a model it does not have."""
-        name = self.require_model()
+    def model_named_in(self, body: Any, name: str) -> str:
+        """``name`` (the served model's, from ``require_model``) when ``body``'s
+        ``model`` names it: as Ollama, 400 without a model and 404 for a model
+        it does not have."""
         asked = body.get("model") if isinstance(body, Mapping) else None
         if asked is None or asked == "":
             raise MnnEngineError("invalid_argument", "model is required", param="model")  # Ollama's words
@@ -153,7 +153,7 @@ class OllamaBodyHandler(BodyHandler, OllamaHandler):
 
 class ShowHandler(OllamaBodyHandler):
     async def post(self) -> None:
-        name = self.model_named_in(self.parse_body())
+        name = self.model_named_in(self.parse_body(), self.require_model())
         engine = self.ctx.engine
         architecture = str(engine.llm.file_config.get("model_type", "")) or "mnn"
         capabilities = model_capabilities(engine)
@@ -202,11 +202,11 @@ class _Generation(OllamaBodyHandler):
 
     def begin(self) -> tuple[str, Mapping[str, Any], bool, ImagePolicy]:
         """What both routes check first: the model, the body, whether to stream, the image policy."""
-        self.require_model()
+        name = self.require_model()
         body = self.parse_body()
         if not isinstance(body, Mapping):
             raise invalid("body", "the request body must be a JSON object")
-        model = self.model_named_in(body)
+        model = self.model_named_in(body, name)
         policy = ImagePolicy(model_is_visual=bool(self.ctx.engine.llm.file_config.get("is_visual")),
                              allow_file_urls=False)
         return model, body, stream_flag(body), policy
@@ -265,10 +265,7 @@ class GenerateHandler(_Generation):
                 line["thinking"] = thinking
             return line
 
-        context = body.get("context")
-        if context is not None and (not isinstance(context, list) or
-                                    not all(isinstance(t, int) and not isinstance(t, bool) for t in context)):
-            raise invalid("context", "'context' must be a list of token ids (a /api/generate answer's context)")
+        context = body.get("context")  # checked by the model, as every token id is (param "context")
 
         def done(result: GenerationResult) -> dict[str, Any]:
             # docs/api.md: the token context of this exchange; sent back, the next generation continues it
@@ -276,7 +273,7 @@ class GenerateHandler(_Generation):
 
         try:
             await self.generate(prompt if raw else request.messages, request, stream, frame, done,
-                                prefix_ids=context or ())
+                                prefix_ids=() if context is None else context)
         finally:
             request.cleanup()
 
@@ -358,11 +355,11 @@ class EmbedHandler(OllamaBodyHandler):
     of refusing it; ``dimensions`` keeps the first N values."""
 
     async def post(self) -> None:
-        self.require_model()
+        name = self.require_model()
         body = self.parse_body()
         if not isinstance(body, Mapping):
             raise invalid("body", "the request body must be a JSON object")
-        model = self.model_named_in(body)
+        model = self.model_named_in(body, name)
         inputs = body.get("input")
         if not isinstance(inputs, str) and not (isinstance(inputs, list) and all(isinstance(t, str) for t in inputs)):
             raise invalid("input", "'input' must be a string or a list of strings")
@@ -385,9 +382,9 @@ class LegacyEmbeddingsHandler(OllamaBodyHandler):
     the model gives it (not scaled to unit length, as Ollama's is not)."""
 
     async def post(self) -> None:
-        self.require_model()
+        name = self.require_model()
         body = self.parse_body()
-        self.model_named_in(body)
+        self.model_named_in(body, name)
         prompt = body.get("prompt") if isinstance(body, Mapping) else None
         if not isinstance(prompt, str):
             raise invalid("prompt", "'prompt' must be a string")

@@ -197,7 +197,7 @@ def _prepare(work: Path, listing: Listing) -> None:
     if earlier is None:  # not a pull's directory (or none): nothing in it is known
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(_partials(work), ignore_errors=True)
-    elif earlier is not None and earlier != record:
+    elif earlier != record:
         _keep_unchanged(work, earlier, listing)
     work.mkdir(parents=True, exist_ok=True)
     (work / PULL_FILE).write_text(record)
@@ -213,11 +213,12 @@ def _keep_unchanged(work: Path, earlier: str, listing: Listing) -> None:
         before = {}
     now = {f["path"]: f for f in listing.to_dict()["files"]}
     keep = {path for path, entry in now.items() if before.get(path) == entry}
-    for root in (work, _partials(work)):
+    for root, suffix in ((work, ""), (_partials(work), PART_SUFFIX)):
         if not root.is_dir():
             continue
         for found in sorted(root.rglob("*"), reverse=True):  # files before their directories
-            name = found.relative_to(root).as_posix().removesuffix(PART_SUFFIX if root != work else "")
+            name = found.relative_to(root).as_posix()
+            name = name[:-len(suffix)] if suffix and name.endswith(suffix) else name
             if found.is_dir():
                 with contextlib.suppress(OSError):
                     found.rmdir()  # only when empty

@@ -57,7 +57,7 @@ def test_a_repo_listing_x_and_x_part_gets_each_its_own_bytes(hub, store, model_r
     assert not (store.root / "downloads" / f"{info.id}.partial").exists()
 
 
-def test_the_store_names_and_a_path_twice_are_refused_in_a_listing(hub, store, model_repo):
+def test_a_listed_file_at_a_name_the_store_keeps_for_itself_is_refused(hub, store, model_repo):
     hub.hf[CATALOG_REPO] = Repo(model_repo.commit, {**model_repo.files, ".pull.json": b"{}"})
     assert _error(lambda: store.pull("qwen3-0.6b", **FAST)).code == "invalid_manifest"
 
@@ -85,10 +85,11 @@ def test_one_corrupt_body_is_fetched_again_in_the_same_run(hub, store, model_rep
     assert hub.served[WEIGHT] == 2 * len(model_repo.files[WEIGHT])
 
 
-@pytest.mark.parametrize("spec", ["hf:taobao-mnn/Qwen3-0.6B-MNN@{commit}", "qwen3-0.6b@{commit}"])
-def test_a_spec_names_its_revision_after_an_at(hub, store, model_repo, spec):
+@pytest.mark.parametrize(("spec", "model_id"), [("hf:taobao-mnn/Qwen3-0.6B-MNN@{commit}", "qwen3-0-6b-mnn"),
+                                               ("qwen3-0.6b@{commit}", "qwen3-0-6b")])
+def test_a_spec_names_its_revision_after_an_at(hub, store, model_repo, spec, model_id):
     info = store.pull(spec.format(commit=model_repo.commit), **FAST)
-    assert info.source["revision"] == model_repo.commit and info.id in ("qwen3-0-6b-mnn", "qwen3-0-6b")
+    assert info.source["revision"] == model_repo.commit and info.id == model_id
     assert _error(lambda: store.pull(f"{spec.format(commit='main')}", revision="other", update=True,
                                      **FAST)).param == "revision"
     assert _error(lambda: store.pull("hf:taobao-mnn/Qwen3-0.6B-MNN@nope", update=True, **FAST)).code == \
@@ -215,12 +216,12 @@ def test_ctrl_c_on_a_slow_link_stops_at_once_with_one_line(hub, store, model_rep
     child.send_signal(signal.SIGINT)
     started = time.monotonic()
     _, err = child.communicate(timeout=30)
-    assert time.monotonic() - started < 3 and child.returncode == 130  # was 7 s and a traceback
+    assert time.monotonic() - started < 5 and child.returncode == 130  # was 7 s (up to 35) and a traceback
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("pull stopped: ")
     assert "kept in" in err and "pull again to resume" in err
 
 
-def test_the_progress_bar_moves_without_bytes_and_ends_once():
+def test_the_progress_bar_never_shows_100_early_and_ends_once():
     import io
 
     from mnn_engine.cli.common import progress_bar
@@ -237,11 +238,11 @@ def test_the_progress_bar_moves_without_bytes_and_ends_once():
 
 
 def test_a_pull_reports_progress_while_no_byte_arrives(hub, store):
-    hub.faults.delay_s, hub.faults.chunk = 0.7, 8 << 20  # a stall longer than a report's interval
+    hub.faults.delay_s, hub.faults.chunk = 1.5, 8 << 20  # stalls three times a report's interval
     reports = []
     store.pull("qwen3-0.6b", progress=lambda done, total, name: reports.append((time.monotonic(), done)), **FAST)
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(reports)]
-    assert max(gaps) < 0.7  # at least twice a second
+    assert max(gaps) < 1.2  # reported every 0.5 s through each 1.5 s stall (was: only when bytes came)
 
 
 # ---------------------------------------------------------------- resumes that keep what they can
