@@ -91,8 +91,9 @@ def pull_if_missing(args: argparse.Namespace) -> None:
     source = args.source or "hf"
     where = "Hugging Face" if source == "hf" else "ModelScope"
     if sys.stdin.isatty() and not args.yes:
+        size = entry.size(source)
         answer = input(f"{name} is not in the store. Pull it from {where} ({entry.repo(source)}, "
-                       f"about {human_size(entry.size_bytes)})? [Y/n] ")
+                       f"{'' if size.exact else 'about '}{human_size(size.bytes)})? [Y/n] ")
         if answer.strip().lower() not in ("", "y", "yes"):
             raise MnnEngineError("model_not_found", f"{name} is not in the store (pull it with: "
                                  f"python -m mnn_engine models pull {name})", param="model")

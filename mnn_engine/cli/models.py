@@ -94,11 +94,13 @@ def _models_catalog(args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
         return 0
+    print(f"{'NAME':<20} {'PARAMS':>6} {'HF':>10} {'MODELSCOPE':>10}  (~ approximate)")
     for row in rows:
-        size = ("" if row["size_exact"] else "~") + human_size(row["size_bytes"])
+        sizes = [(("" if size["exact"] else "~") + human_size(size["bytes"])) if (size := row["sizes"].get(source))
+                 else "-" for source in ("hf", "modelscope")]
         flags = " ".join(f for f, on in (("thinking", row["thinking"]), ("vision", row["vision"])) if on)
         state = "installed" if row["installed"] else "" if row["supported"] else f"needs MNN {row['min_mnn']}"
-        print(f"{row['name']:<20} {row['parameters']:>5} {size:>10}  {flags:<16} {state}")
+        print(f"{row['name']:<20} {row['parameters']:>6} {sizes[0]:>10} {sizes[1]:>10}  {flags:<16} {state}".rstrip())
     print(f"pull one with: python -m mnn_engine models pull NAME (this build has MNN {mnn})", file=sys.stderr)
     return 0
 

@@ -17,18 +17,34 @@ CATALOG_FILE = Path(__file__).with_name("catalog.json")
 
 
 @dataclass(frozen=True)
+class SourceSize:
+    """A repository's bytes on one source: exact when published for that
+    source, approximate when estimated or borrowed from the other source."""
+
+    bytes: int
+    exact: bool
+
+
+@dataclass(frozen=True)
 class CatalogEntry:
-    """A model of the catalog. ``size_bytes`` is approximate unless ``size_exact``."""
+    """A model of the catalog, with its size on each source it is published on."""
 
     name: str
     hf: str | None
     modelscope: str | None
     parameters: str
-    size_bytes: int
-    size_exact: bool
+    sizes: dict[str, SourceSize]
     thinking: bool
     vision: bool
     min_mnn: str
+
+    def size(self, source: str) -> SourceSize:
+        """The size on ``source``; where the catalog has none for it, the
+        other source's, as an approximation (the two hubs' copies differ)."""
+        if source in self.sizes:
+            return self.sizes[source]
+        other = next(iter(self.sizes.values()), SourceSize(0, False))
+        return SourceSize(other.bytes, False)
 
     def supported_by(self, mnn_version: str) -> bool:
         need, have = version_tuple(self.min_mnn), version_tuple(mnn_version)
@@ -41,11 +57,24 @@ class CatalogEntry:
         return repo
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """The entry as JSON, with a size for each source it is published on."""
+        row = {k: v for k, v in self.__dict__.items() if k != "sizes"}
+        row["sizes"] = {source: dict(self.size(source).__dict__)
+                        for source in ("hf", "modelscope") if getattr(self, source)}
+        return row
 
 
 def _path() -> Path:
     return config.catalog_file(CATALOG_FILE)
+
+
+def _sizes(model: dict[str, Any]) -> dict[str, SourceSize]:
+    if "sizes" in model:
+        return {source: SourceSize(int(size["bytes"]), bool(size.get("exact", False)))
+                for source, size in model["sizes"].items()}
+    # A catalog of one's own may give one size for every source (the form before sizes per source).
+    one = SourceSize(int(model.get("size_bytes", 0)), bool(model.get("size_exact", False)))
+    return {source: one for source in ("hf", "modelscope") if model.get(source)}
 
 
 def entries() -> list[CatalogEntry]:
@@ -54,11 +83,10 @@ def entries() -> list[CatalogEntry]:
     try:
         data = json.loads(path.read_text())
         return [CatalogEntry(name=m["name"], hf=m.get("hf"), modelscope=m.get("modelscope"),
-                             parameters=m.get("parameters", ""), size_bytes=int(m.get("size_bytes", 0)),
-                             size_exact=bool(m.get("size_exact", False)), thinking=bool(m.get("thinking")),
+                             parameters=m.get("parameters", ""), sizes=_sizes(m), thinking=bool(m.get("thinking")),
                              vision=bool(m.get("vision")), min_mnn=str(m.get("min_mnn", "0")))
                 for m in data["models"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise MnnEngineError("internal_error", f"the model catalog {path} is unreadable: {exc}") from exc
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from pathlib import Path
 
 import pytest
 from fake_hub import CATALOG_REPO, FAST, MS_REPO, WEIGHT, FakeHub, Repo
@@ -273,3 +274,61 @@ def test_an_unreachable_hub_is_named_with_the_ways_out(hub, store, monkeypatch):
     error = _error(lambda: store.pull("qwen3-0.6b", **FAST))
     assert error.code == "pull_failed" and "127.0.0.1:9" in error.message
     assert "--source modelscope" in error.message and "HF_ENDPOINT" in error.message
+
+
+# ---------------------------------------------------------------- the catalog's sizes
+def test_catalog_sizes_are_the_mnn_model_markets_and_per_source():
+    """Hugging Face sizes are the file_size of MNN's own model market (the
+    excerpt names its commit); the three entries once 25-40 % off, and
+    gemma-2-2b without its 1.2 GB embeddings file, are among them."""
+    from mnn_engine.hub import catalog
+
+    market = json.loads((Path(__file__).parents[1] / "schemas" / "mnn_model_market_sizes.json").read_text())
+    by_repo = {m["HuggingFace"]: m for m in market["models"]}
+    entries = catalog.entries()
+    assert {e.hf for e in entries} == set(by_repo)
+    for entry in entries:
+        listed = by_repo[entry.hf]
+        assert listed["ModelScope"] == entry.modelscope
+        assert entry.size("hf") == catalog.SourceSize(listed["file_size"], True), entry.name
+    gemma = catalog.find("gemma-2-2b")
+    assert gemma.size("hf").bytes > 2_500_000_000  # 1.47 GB of weights and 1.18 GB of bf16 embeddings
+    deepseek = catalog.find("deepseek-r1-1.5b")
+    assert deepseek.size("modelscope").bytes < 0.7 * deepseek.size("hf").bytes  # the two exports differ
+    assert not deepseek.size("modelscope").exact
+    # where only one source's size is known, the other shows it as approximate
+    assert catalog.find("gemma-2-2b").size("modelscope") == catalog.SourceSize(2673390373, False)
+
+
+def test_the_catalog_listing_shows_each_sources_size(monkeypatch, capsys, tmp_path):
+    from mnn_engine.cli.main import main
+
+    monkeypatch.setenv("MNN_ENGINE_HOME", str(tmp_path))
+    assert main(["models", "catalog"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert "HF" in lines["NAME"] and "MODELSCOPE" in lines["NAME"]
+    assert lines["deepseek-r1-1.5b"].split()[2:6] == ["1.5", "GiB", "~973.4", "MiB"]
+    assert lines["qwen3-1.7b"].split()[2:6] == ["1.2", "GiB", "1.2", "GiB"]  # both exact
+    assert main(["models", "catalog", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["qwen2.5-0.5b"]["sizes"]["hf"] == {"bytes": 556808791, "exact": True}
+
+
+@pytest.mark.parametrize("sizes", [[1, 2], {"hf": 5}, {"hf": {"bytes": "many"}}, {"hf": {}}])
+def test_a_malformed_catalog_size_is_named(monkeypatch, tmp_path, sizes):
+    from mnn_engine.hub import catalog
+
+    (tmp_path / "catalog.json").write_text(json.dumps({"models": [{"name": "m", "hf": "o/M", "sizes": sizes}]}))
+    monkeypatch.setenv("MNN_ENGINE_CATALOG", str(tmp_path / "catalog.json"))
+    error = _error(catalog.entries)
+    assert error.code == "internal_error" and "catalog" in error.message
+
+
+def test_a_catalog_of_ones_own_may_give_one_size_for_every_source(monkeypatch, tmp_path):
+    from mnn_engine.hub import catalog
+
+    model = {"name": "m", "hf": "o/M", "modelscope": "O/M", "size_bytes": 7, "size_exact": True}
+    (tmp_path / "catalog.json").write_text(json.dumps({"models": [model]}))
+    monkeypatch.setenv("MNN_ENGINE_CATALOG", str(tmp_path / "catalog.json"))
+    (entry,) = catalog.entries()
+    assert entry.size("hf") == entry.size("modelscope") == catalog.SourceSize(7, True)

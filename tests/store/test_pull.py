@@ -345,7 +345,7 @@ def test_chat_asks_before_pulling_on_a_terminal(hub, store):
 
     child = chat()
     try:
-        child.expect(r"Pull it from Hugging Face \(taobao-mnn/Qwen3-0.6B-MNN, about .*\)\? \[Y/n\] ")
+        child.expect(r"Pull it from Hugging Face \(taobao-mnn/Qwen3-0.6B-MNN, 433\.4 MiB\)\? \[Y/n\] ")  # exact
         child.sendline("n")
         child.expect(r"\[model_not_found\] qwen3-0.6b is not in the store")
         child.expect(pexpect.EOF)
