@@ -58,7 +58,8 @@ def stream_markdown(pieces: Iterable[str]) -> str:
 class ChatWidget:
     """A conversation in a cell: a text box, Send, Stop and New chat; answers
     stream in as Markdown. ``send(text)`` does what the button does and
-    ``wait()`` blocks until the answer is complete (for scripts and tests)."""
+    ``wait()`` blocks until the answer is complete (for scripts and tests).
+    A stopped or failed answer keeps what was written, marked as such."""
 
     def __init__(self, engine: Engine, **options: Any) -> None:
         import ipywidgets as widgets
@@ -73,27 +74,50 @@ class ChatWidget:
         self.status = widgets.Label()
         self.output = widgets.Output()
         self.send_button.on_click(lambda _b: self.send(self.prompt.value))
-        self.stop_button.on_click(lambda _b: self.engine.cancel())
+        self.stop_button.on_click(lambda _b: self.stop())
         self.new_button.on_click(lambda _b: self.new_chat())
         self.box = widgets.VBox([self.output, self.prompt,
                                  widgets.HBox([self.send_button, self.stop_button, self.new_button, self.status])])
         self._thread: threading.Thread | None = None
+        self._stopping = False
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
         display(self.box)
 
+    @property
+    def answering(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self) -> None:
+        """Stop the answer being written (what Stop does); it keeps its text."""
+        if self.answering:
+            self._stopping = True
+            self.engine.cancel_generation()
+
     def new_chat(self) -> None:
+        self.stop()
         self.wait()
         self.messages.clear()
         self.output.clear_output()
+        self.status.value = ""
 
     def send(self, text: str) -> None:
-        if not text.strip() or (self._thread is not None and self._thread.is_alive()):
+        """Send ``text`` as the next user message (what Send does). Right after
+        Stop, it waits for the stopped answer to end; while an answer is
+        being written it does nothing (Send is disabled then)."""
+        if not text.strip():
             return
+        if self.answering:
+            if not self._stopping:
+                return
+            self.wait()
         self.prompt.value = ""
         self.messages.append({"role": "user", "content": text})
+        self._stopping = False
+        self.send_button.disabled, self.stop_button.disabled = True, False
+        self.status.value = "answering…"
         self._thread = threading.Thread(target=self._answer, name="mnn-engine-chat-widget", daemon=True)
         self._thread.start()
 
@@ -105,17 +129,19 @@ class ChatWidget:
     def last_answer(self) -> str:
         return self.messages[-1]["content"] if self.messages and self.messages[-1]["role"] == "assistant" else ""
 
-    def _render(self, text: str) -> None:
+    def _render(self, streaming: str = "", note: str = "") -> None:
         from IPython.display import Markdown
 
         transcript = "\n\n".join(f"**{m['role']}:** {m['content']}" for m in self.messages)
+        if streaming:
+            transcript += f"\n\n**assistant:** {streaming}"
+        if note:
+            transcript += f"\n\n*{note}*"
         self.output.outputs = ()
-        self.output.append_display_data(Markdown(transcript + (f"\n\n**assistant:** {text}" if text else "")))
+        self.output.append_display_data(Markdown(transcript))
 
     def _answer(self) -> None:
-        self.send_button.disabled, self.stop_button.disabled = True, False
-        self.status.value = "answering…"
-        text, shown = "", 0.0
+        text, shown, note = "", 0.0, ""
         try:
             for piece in self.engine.stream_chat(self.messages, context_overflow="truncate", **self.options):
                 text += piece
@@ -123,13 +149,21 @@ class ChatWidget:
                     self._render(text)
                     shown = time.monotonic()
             result = self.engine.last_result
+            stopped = result is not None and result.finish_reason == "cancelled"
+            note = "(stopped)" if stopped else ""
             self.status.value = (f"{result.completion_tokens} tokens, {result.decode_tokens_per_second:.1f} tok/s"
-                                 if result is not None else "")
+                                 f"{' (stopped)' if stopped else ''}" if result is not None else "")
         except Exception as exc:  # shown in the widget: the kernel thread has no one to raise to
+            note = f"(interrupted: {exc})"
             self.status.value = f"error: {exc}"
         finally:
-            self.messages.append({"role": "assistant", "content": text})
-            self._render("")
+            if text:  # what was written stays, marked
+                self.messages.append({"role": "assistant", "content": text})
+            elif self.messages and self.messages[-1]["role"] == "user":
+                # nothing answered: the question goes back into the box, so the
+                # next send is not two user turns in a row
+                self.prompt.value = self.messages.pop()["content"]
+            self._render(note=note)
             self.send_button.disabled, self.stop_button.disabled = False, True
 
 

@@ -47,6 +47,9 @@ PRECISIONS = ("low", "high")
 MEMORY_MODES = ("low", "normal", "high")
 MAX_THREADS = 8
 MIN_CONTEXT = 16
+#: how long a submit waits for a cancelled generation to stop (one token; a
+#: slow prefill chunk at most) before it is ``busy``
+CANCELLED_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,7 @@ class Engine:
         # is only ever held briefly, so snapshots and callbacks never wait.
         self._lock = threading.RLock()
         self._state_lock = threading.Lock()
+        self._generation_ended = threading.Condition(self._state_lock)
         self._llm: Llm | None = None
         self._model_id: str | None = None
         self._model_path: Path | None = None
@@ -358,6 +362,14 @@ class Engine:
             raise MnnEngineError("model_not_loaded", "no model is loaded")
         return llm
 
+    def _after_cancelled(self) -> None:
+        """Wait for a cancelled generation to end (it stops before its next
+        token), so "Stop, then send" is not ``busy``. A running generation
+        that was not cancelled is not waited for: that is ``busy``. The
+        server never waits here: its queue submits only when idle."""
+        with self._state_lock:
+            self._generation_ended.wait_for(lambda: self._generation_state != "cancelling", CANCELLED_WAIT_S)
+
     def _begin_generation(self) -> object:
         """Record that a generation holding the model's claim started; returns its ticket."""
         ticket = object()
@@ -376,6 +388,7 @@ class Engine:
                 self._generation_state = "idle"
                 self._generation_started = None
                 self._generation_ticket = None
+                self._generation_ended.notify_all()
             if result is not None:
                 self._last_result = result
             model_id = self._model_id
@@ -422,6 +435,7 @@ class Engine:
         ``on_prompt``, which gets the rendered prompt text (and the number of
         messages dropped to fit the context) first.
         """
+        self._after_cancelled()
         llm = self._active_llm()
         prepared = llm.prepare(prompt, **sampling)  # busy and bad arguments are raised here
         ticket = self._begin_generation()
@@ -477,6 +491,7 @@ class Engine:
         llm = self._active_llm()
         llm.require_kind("embedding")
         items = embedding_inputs(inputs)
+        self._after_cancelled()
         claim = llm.claim()  # busy is raised here
         ticket = self._begin_generation()
 

@@ -13,6 +13,7 @@ from support import SCRIPTED_TEXT, cancelling, test_model_dir
 
 from mnn_engine import Engine, LoadOptions, MnnEngineError, ModelStore, backend_capabilities, build_info
 from mnn_engine.runtime.native_output import captured_native_output
+from mnn_engine.runtime.prompt import chat_messages
 
 CHAT = [{"role": "user", "content": "hello there"}]
 
@@ -194,6 +195,22 @@ def test_finish_length_and_cancel_keep_the_model(engine):
         result = engine.chat(CHAT, max_tokens=100000, ignore_eos=True, temperature=0)
     assert result.finish_reason == "cancelled"
     assert engine.snapshot()["model"]["state"] == "loaded"
+
+
+def test_stop_then_send_waits_for_the_cancelled_generation_not_busy(engine):
+    """A cancel, then a new request at once (the chat widget's Stop, then
+    Send): the request waits the one token the cancelled run needs to stop.
+    A run that was not cancelled is still refused ``busy`` at once."""
+    engine.load("tiny", threads=1)
+    started = threading.Event()
+    first = engine.submit(chat_messages(CHAT), lambda _p: started.set(), max_tokens=100000, ignore_eos=True)
+    assert started.wait(30)
+    with pytest.raises(MnnEngineError) as err:
+        engine.chat(CHAT, max_tokens=2)
+    assert err.value.code == "busy"
+    engine.cancel_generation()
+    assert engine.chat(CHAT, max_tokens=2).finish_reason == "length"  # not busy
+    assert first.result().finish_reason == "cancelled"
 
 
 def test_event_order_load_generate_cancel_unload(engine):
