@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..errors import MnnEngineError
-from . import info, models, run, serve
+from . import chat, info, models, run, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     models.add_commands(commands)
     info.add_commands(commands)
+    chat.add_commands(commands)
     run.add_commands(commands)
     serve.add_commands(commands)
     return parser

@@ -1,4 +1,4 @@
-"""``chat``, ``generate`` and ``bench``: a model at the terminal."""
+"""``generate`` and ``bench``: a model at the terminal (``chat`` is in ``chat.py``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,69 +20,6 @@ from .common import (
     pull_if_missing,
 )
 
-
-def _line_history(store: ModelStore, model_id: str | None) -> Callable[[], None]:
-    """Line editing and a per-model input history for ``chat`` (stdlib
-    readline, where the platform has it); returns what saves the history."""
-    try:
-        import readline
-    except ImportError:  # pragma: no cover - e.g. Windows
-        return lambda: None
-    path = store.root / "history" / f"{model_id or 'model-dirs'}.txt"
-    readline.set_history_length(1000)
-    with contextlib.suppress(OSError):
-        readline.read_history_file(path)
-
-    def save() -> None:
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            readline.write_history_file(path)
-
-    return save
-
-def _chat(args: argparse.Namespace) -> int:
-    pull_if_missing(args)
-    engine = Engine()
-    save_history: Callable[[], None] = lambda: None  # noqa: E731
-    try:
-        engine.load(args.model, **load_overrides(args))
-        save_history = _line_history(engine.store, engine.active_model_id)
-        messages: list[dict[str, str]] = []
-        if args.system:
-            messages.append({"role": "system", "content": args.system})
-        print("Type a message; Ctrl-C stops an answer, Ctrl-D quits.", file=sys.stderr)
-        while True:
-            try:
-                text = input("you> ")
-            except EOFError:
-                print(file=sys.stderr)
-                return 0
-            except KeyboardInterrupt:
-                print(file=sys.stderr)
-                continue
-            if not text.strip():
-                continue
-            messages.append({"role": "user", "content": text})
-            reply: list[str] = []
-            try:
-                for piece in engine.stream_chat(messages, max_tokens=args.max_tokens, temperature=args.temperature,
-                                                enable_thinking=args.think, context_overflow="truncate"):
-                    reply.append(piece)
-                    sys.stdout.write(piece)
-                    sys.stdout.flush()
-            except KeyboardInterrupt:
-                sys.stdout.write(" [stopped]")
-            sys.stdout.write("\n")
-            messages.append({"role": "assistant", "content": "".join(reply)})
-            save_history()
-            dropped = engine.last_result.dropped_messages if engine.last_result is not None else 0
-            if dropped:  # the conversation outgrew the context: its oldest turns are gone for good
-                system = 1 if args.system else 0
-                del messages[system:system + dropped]
-                print(f"[the {dropped} oldest messages no longer fit the context and were left out]",
-                      file=sys.stderr)
-    finally:
-        engine.close()
 
 def _response_format(args: argparse.Namespace) -> dict[str, Any]:
     """``--json-schema FILE``: the answer follows that JSON Schema."""
@@ -142,14 +78,6 @@ def _bench(args: argparse.Namespace) -> int:
 
 def add_commands(commands: Any) -> None:
     """Register this module's commands."""
-    p = commands.add_parser("chat", help="chat with a model in the terminal")
-    p.add_argument("model", help="a store ID, a model directory or a catalog name (pulled if missing)")
-    p.add_argument("--system", help="a system prompt")
-    add_load_options(p)
-    add_sampling(p, max_tokens=1024)
-    add_pull_options(p)
-    p.set_defaults(func=_chat)
-
     p = commands.add_parser("bench", help="measure load time, prefill/decode speed and memory on this device")
     p.add_argument("model", help="a store ID or a model directory")
     p.add_argument("--prompt-len", type=int, default=128, help="prompt tokens (default 128)")

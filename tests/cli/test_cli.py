@@ -112,6 +112,26 @@ def test_chat_reads_until_end_of_input(home):
     assert result.stdout.count(SCRIPTED_TEXT) == 2
 
 
+def test_chat_says_what_loaded_and_has_the_commands_a_repl_has(home, tmp_path):
+    cli(home, "models", "import", str(test_model_dir("tiny-scripted")), "--id", "scripted")
+    saved = tmp_path / "talk.json"
+    lines = ["/help", "hi", "/stats", "/stats on", "again", "/save " + str(saved), "/system Be brief.",
+             "/save " + str(tmp_path / "after-system.json"), "/reset", "/nonsense", "//slash", "/exit", "unread"]
+    result = cli(home, "chat", "scripted", "--threads", "1", "--temperature", "0", stdin="\n".join(lines) + "\n")
+    assert result.returncode == 0, result.stderr
+    err = result.stderr
+    assert "loaded scripted (cpu, 1 thread, context 2048 tokens)" in err
+    assert "/reset" in err and "/save FILE" in err  # /help went to the user, not to the model
+    assert result.stdout.count(SCRIPTED_TEXT) == 3  # hi, again, //slash: three answers, no more
+    assert err.count(" tok/s; prompt ") == 3  # /stats, then after each answer once on: "again", "//slash"
+    talk = json.loads(saved.read_text())["messages"]
+    assert [m["role"] for m in talk] == ["user", "assistant", "user", "assistant"]
+    assert talk[0]["content"] == "hi" and talk[1]["content"] == SCRIPTED_TEXT
+    assert json.loads((tmp_path / "after-system.json").read_text())["messages"] == [
+        {"role": "system", "content": "Be brief."}]
+    assert "[unknown command /nonsense; /help lists them]" in err
+
+
 def test_interactive_chat_ctrl_c_stops_the_answer_and_ctrl_d_quits(home):
     cli(home, "models", "import", str(test_model_dir("tiny")), "--id", "tiny")
     env = dict(os.environ, MNN_ENGINE_HOME=str(home))
