@@ -18,7 +18,6 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import tornado.web
@@ -51,8 +50,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mnn_engine.server")
 
-#: what answers without the API key: the page, the health check and the API description
+#: what answers without the API key: the page and its files, the health check and the API description
 PUBLIC_PATHS = frozenset({"/", "/health", "/openapi.json"})
+PUBLIC_PREFIX = "/static/"
 MAX_JSON_DEPTH = 64
 #: a client's X-Request-Id that is echoed (anything else gets one of ours)
 REQUEST_ID = re.compile(r"\A[\w.:-]{1,128}\Z")
@@ -139,7 +139,8 @@ class JsonHandler(tornado.web.RequestHandler):
     def prepare(self) -> None:
         self._check_host_and_origin()
         key = self.ctx.settings.api_key
-        if self.request.path not in PUBLIC_PATHS and key and self.request.method != "OPTIONS":
+        public = self.request.path in PUBLIC_PATHS or self.request.path.startswith(PUBLIC_PREFIX)
+        if not public and key and self.request.method != "OPTIONS":
             header = self.request.headers.get("Authorization", "")
             scheme, _, token = header.partition(" ")
             ok = scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
@@ -206,16 +207,6 @@ class NotFoundHandler(JsonHandler):
     def prepare(self) -> None:
         self._check_host_and_origin()  # an unknown path is 404 with or without the key
         raise MnnEngineError("not_found", f"no route {self.request.method} {self.request.path}")
-
-
-class IndexHandler(JsonHandler):
-    """The built-in API test page (self-contained: works offline)."""
-
-    def get(self) -> None:
-        page = (Path(__file__).parent / "static" / "index.html").read_bytes()
-        self.set_header("Content-Type", "text/html; charset=utf-8")
-        self.set_header("Cache-Control", "no-store")
-        self.finish(page)
 
 
 def model_capabilities(engine: ServedEngine) -> list[str]:

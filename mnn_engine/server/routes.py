@@ -12,7 +12,6 @@ from . import events, metrics, ollama, tokenizer_routes
 from .app import (
     ChatCompletionsHandler,
     HealthHandler,
-    IndexHandler,
     ModelsHandler,
     NotFoundHandler,
     OpenApiHandler,
@@ -21,11 +20,13 @@ from .app import (
 )
 from .completions import CompletionsHandler
 from .embeddings import EmbeddingsHandler
+from .page import PageHandler
 
 
 def make_app(ctx: ServerContext) -> tornado.web.Application:
     handlers: list[Any] = [
-        (r"/", IndexHandler, {"ctx": ctx}),
+        (r"/", PageHandler, {"ctx": ctx}),
+        (r"/static/(?P<name>[\w./-]+)", PageHandler, {"ctx": ctx}),
         (r"/health", HealthHandler, {"ctx": ctx}),
         (r"/openapi.json", OpenApiHandler, {"ctx": ctx}),
         (r"/v1/models", ModelsHandler, {"ctx": ctx}),
