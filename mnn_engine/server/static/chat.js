@@ -243,8 +243,8 @@ function drawList() {
     } else {
       li.append(el("button", {type: "button", class: "open", text: c.title, title: c.title,
                               "aria-current": c.id === conv.id ? "true" : "false", onclick: () => switchTo(c)}),
-                button("✎", "icon rename", () => { renaming = c.id; confirming = null; drawList(); }, `Rename “${c.title}”`),
-                button("🗑", "icon delete", () => { confirming = c.id; renaming = null; drawList(); }, `Delete “${c.title}”`));
+                button("Rename", "link rename", () => { renaming = c.id; confirming = null; drawList(); }, `Rename “${c.title}”`),
+                button("Delete", "link delete", () => { confirming = c.id; renaming = null; drawList(); }, `Delete “${c.title}”`));
     }
     return li;
   }));
@@ -790,7 +790,6 @@ function start() {
   matchMedia("(prefers-color-scheme: dark)").addEventListener("change", applyTheme);
   loadStore(); fillSettings(); drawAll();
   if (matchMedia("(min-width: 1000px)").matches) { $("conversations").hidden = false; $("toggle-list").setAttribute("aria-expanded", "true"); }
-  $("prompt").placeholder = TOUCH.matches ? "Message" : "Message (Enter sends, Shift+Enter: new line)";
   $("send").addEventListener("click", send);
   $("stop").addEventListener("click", stop);
   $("new-chat").addEventListener("click", newChat);
