@@ -192,9 +192,14 @@ def openapi_spec() -> dict[str, Any]:
                                "code": {"type": "string", "enum": sorted(ERROR_CODES)}}}}}},
         },
         "paths": {
-            "/": {"get": {"summary": "the built-in chat test page", "responses": {
+            "/": {"get": {"summary": "the built-in chat page", "responses": {
                 "200": {"description": "HTML", "content": {"text/html": {"schema": {"type": "string"}}}},
                 **_errors(*_COMMON)}}},
+            "/static/{name}": {"get": {
+                "summary": "the chat page's files (its script, style sheet and vendored libraries); public",
+                "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "the file"}, "304": {"description": "not modified"},
+                              **_errors(404, *_COMMON)}}},
             "/health": {"get": {"summary": "engine, model, server and generation state",
                                 "responses": {"200": json_ok, **_errors(*_COMMON)}}},
             "/openapi.json": {"get": {"summary": "this document", "responses": {"200": json_ok, **_errors(*_COMMON)}}},
