@@ -244,6 +244,27 @@ def test_conversations_new_switch_rename_delete_with_confirmation_export_import(
         live.close()
 
 
+def test_an_imported_file_is_not_trusted(page, tmp_path):
+    live = Live(tmp_path, "tiny")
+    try:
+        _open(page, live)
+        crafted = tmp_path / "crafted.json"
+        crafted.write_text(json.dumps({"conversations": [{"title": "<img src=x onerror=window.pwned=1>", "messages": [
+            {"role": "user", "content": "hi", "images": ["javascript:window.pwned=2", "http://example.com/x.png"]},
+            {"role": "assistant", "content": "ok", "tool_calls": [{"oops": 1}, None], "stats": {"x": 1}},
+            {"role": "system", "content": "dropped"}, {"role": "user", "content": 5}]}]}))
+        if not page.find_element(By.ID, "conversations").is_displayed():
+            _click(page, "toggle-list")
+        page.find_element(By.ID, "import").send_keys(str(crafted))
+        _wait(page, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#conversation-list .open")) == 2)
+        next(e for e in page.find_elements(By.CSS_SELECTOR, "#conversation-list .open") if "onerror" in e.text).click()
+        _wait(page, lambda d: [m["cls"] for m in _messages(d)] == ["msg user", "msg assistant"])
+        assert page.find_elements(By.CSS_SELECTOR, "#messages img") == []
+        assert page.execute_script("return window.pwned") is None
+    finally:
+        live.close()
+
+
 def test_edit_a_message_and_answer_again_and_delete_a_message(page, tmp_path):
     live = Live(tmp_path, "tiny-scripted")
     try:

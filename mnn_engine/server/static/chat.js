@@ -164,6 +164,13 @@ function newConversation(settings) {
 function cleanMessage(m) {
   if (!m || (m.role !== "user" && m.role !== "assistant") || typeof (m.content ?? "") !== "string") return null;
   const out = {...m, id: typeof m.id === "string" ? m.id : uid(), content: m.content || ""};
+  // an imported file is not trusted: images are data URLs of images, tool calls have a name and arguments
+  out.images = Array.isArray(m.images) ? m.images.filter((u) => typeof u === "string" && u.startsWith("data:image/")) : [];
+  if (!out.images.length) delete out.images;
+  out.tool_calls = Array.isArray(m.tool_calls) ? m.tool_calls.filter((c) => c && c.function
+    && typeof c.function.name === "string" && typeof (c.function.arguments ?? "") === "string") : [];
+  if (!out.tool_calls.length) delete out.tool_calls;
+  for (const field of ["reasoning", "stats", "note", "failed"]) if (out[field] != null && typeof out[field] !== "string") delete out[field];
   if (out.state === "streaming") {  // the page went away while it was written
     out.state = "interrupted";
     out.note = "The page was closed or reloaded while this answer was being written.";
@@ -315,8 +322,7 @@ function readSettings() {
   for (const [id, field] of Object.entries(TEXTS)) s[field] = $(id).value;
   s.think = $("think").checked;
   if ($("model-picker").value) s.model = $("model-picker").value;
-  const {system, ...defaults} = s;  // a new chat starts from these (not from this chat's system prompt)
-  localStorage.setItem(KEYS.defaults, JSON.stringify({...defaults, system}));
+  localStorage.setItem(KEYS.defaults, JSON.stringify(s));  // a new chat starts from these
   saveStore();
 }
 
@@ -582,7 +588,7 @@ function requestBody(c) {
   }
   const body = {messages, stream: true, stream_options: {include_usage: true}};
   for (const field of Object.values(NUMBERS)) if (s[field] !== undefined && s[field] !== null && !Number.isNaN(s[field])) body[field] = s[field];
-  if (s.model) body.model = s.model;
+  if ($("model-picker").value) body.model = $("model-picker").value;  // what the server serves now
   if (!$("think-label").hidden) body.chat_template_kwargs = {enable_thinking: s.think !== false};
   if ((s.schema || "").trim()) {
     let schema;
@@ -822,6 +828,7 @@ function start() {
   });
   // a reload mid-answer keeps what was written (and only then: another tab may have saved since)
   addEventListener("pagehide", () => { if (run || saveTimer) saveStore(); leaving = true; });
+  addEventListener("pageshow", (e) => { if (e.persisted) leaving = false; });  // back from the back-forward cache
   addEventListener("storage", (e) => {  // another tab changed the conversations
     if (e.key === KEYS.chats && !run) { loadStore(); fillSettings(); drawAll(); }
   });
