@@ -60,6 +60,20 @@ def page(browser):
     browser.get_log("performance")
 
 
+@pytest.fixture
+def serve(tmp_path):
+    """Start a live server on a test model (``serve("tiny", api_key=...)``); each is closed after the test."""
+    started = []
+
+    def start(model: str, **options) -> Live:
+        started.append(Live(tmp_path / f"store-{len(started)}", model, **options))
+        return started[-1]
+
+    yield start
+    for live in started:
+        live.close()
+
+
 def _wait(driver, condition, timeout=60):
     return WebDriverWait(driver, timeout, poll_frequency=0.05,
                          ignored_exceptions=(StaleElementReferenceException,)).until(condition)
@@ -159,6 +173,23 @@ def _sent(driver) -> list:
     return bodies
 
 
+def _long_answer(driver, live, written: int) -> None:
+    """Open the page and start an answer with no end, until ``written`` characters are drawn."""
+    _open(driver, live)
+    _set(driver, "max", "-1")
+    _type(driver, "Tell me a long story.")
+    _wait(driver, lambda d: len(_answers(d)[-1]["text"]) > written)
+
+
+def _next_turn_alternates(driver, text: str) -> None:
+    """A short next question is answered, sent after what came before without two user turns in a row."""
+    answers = len(_answers(driver))
+    _set(driver, "max", "4")
+    _type(driver, text)
+    _wait(driver, lambda d: len(_answers(d)) == answers + 1 and _last_done(d))
+    assert [m["role"] for m in _sent(driver)[-1]["messages"]] == ["user", "assistant", "user"]
+
+
 def _live_region_count(driver) -> None:
     driver.execute_script("""
         window.announced = [];
@@ -167,184 +198,166 @@ def _live_region_count(driver) -> None:
 
 
 # ---------------------------------------------------------------- a conversation
-def test_multi_turn_regenerate_and_history_across_reloads(page, tmp_path):
-    live = Live(tmp_path, "tiny-scripted")
-    try:
-        _open(page, live)
-        _set(page, "temp", "0")
-        _type(page, "Who are you?")
-        answer = _last_done(page)
-        assert answer["body"] == SCRIPTED_TEXT
-        assert "17 tokens" in answer["stats"] and "tok/s" in answer["stats"] and "first token" in answer["stats"]
-        assert page.find_element(By.ID, "context").get_attribute("title").startswith("context used")
-        _type(page, "And again?")
-        _wait(page, lambda d: len(_messages(d)) == 4 and "tokens" in _last_done(d)["stats"])
-        sent = _sent(page)
-        assert [m["role"] for m in sent[-1]["messages"]] == ["user", "assistant", "user"]  # the whole conversation
-        assert sent[-1]["temperature"] == 0 and sent[-1]["stream"] is True
-        assert [m["cls"] for m in _messages(page)] == ["msg user", "msg assistant"] * 2
-        page.find_element(By.CSS_SELECTOR, ".regenerate").click()
-        _wait(page, lambda d: d.find_element(By.ID, "send").is_enabled() and len(_messages(d)) == 4
-              and "tokens" in _last_done(d)["stats"])
-        assert len(page.find_elements(By.CSS_SELECTOR, ".regenerate")) == 1  # only on the last answer
-        if page.width_name == "desktop":  # the context meter has room in the header on a desktop
-            assert page.find_element(By.ID, "context").text.endswith("/ 2048 tokens")
-        _shot(page, tmp_path, "conversation")
-        page.refresh()  # the conversation is kept in the browser
-        _wait(page, lambda d: len(_messages(d)) == 4)
-    finally:
-        live.close()
+def test_multi_turn_regenerate_and_history_across_reloads(page, tmp_path, serve):
+    live = serve("tiny-scripted")
+    _open(page, live)
+    _set(page, "temp", "0")
+    _type(page, "Who are you?")
+    answer = _last_done(page)
+    assert answer["body"] == SCRIPTED_TEXT
+    assert "17 tokens" in answer["stats"] and "tok/s" in answer["stats"] and "first token" in answer["stats"]
+    assert page.find_element(By.ID, "context").get_attribute("title").startswith("context used")
+    _type(page, "And again?")
+    _wait(page, lambda d: len(_messages(d)) == 4 and "tokens" in _last_done(d)["stats"])
+    sent = _sent(page)
+    assert [m["role"] for m in sent[-1]["messages"]] == ["user", "assistant", "user"]  # the whole conversation
+    assert sent[-1]["temperature"] == 0 and sent[-1]["stream"] is True
+    assert [m["cls"] for m in _messages(page)] == ["msg user", "msg assistant"] * 2
+    page.find_element(By.CSS_SELECTOR, ".regenerate").click()
+    _wait(page, lambda d: d.find_element(By.ID, "send").is_enabled() and len(_messages(d)) == 4
+          and "tokens" in _last_done(d)["stats"])
+    assert len(page.find_elements(By.CSS_SELECTOR, ".regenerate")) == 1  # only on the last answer
+    if page.width_name == "desktop":  # the context meter has room in the header on a desktop
+        assert page.find_element(By.ID, "context").text.endswith("/ 2048 tokens")
+    _shot(page, tmp_path, "conversation")
+    page.refresh()  # the conversation is kept in the browser
+    _wait(page, lambda d: len(_messages(d)) == 4)
 
 
-def test_conversations_new_switch_rename_delete_with_confirmation_export_import(page, tmp_path):
-    live = Live(tmp_path, "tiny-scripted")
-    try:
-        _open(page, live)
-        _type(page, "first conversation")
-        _last_done(page)
-        _click(page, "new-chat")  # a new conversation; the first is kept, not wiped
-        assert _messages(page) == []
-        _type(page, "second conversation")
-        _last_done(page)
-        if not page.find_element(By.ID, "conversations").is_displayed():
-            _click(page, "toggle-list")
-        titles = lambda d: [e.text for e in d.find_elements(By.CSS_SELECTOR, "#conversation-list .open")]  # noqa: E731
-        assert titles(page) == ["second conversation", "first conversation"]
-        page.find_elements(By.CSS_SELECTOR, "#conversation-list .open")[1].click()
-        _wait(page, lambda d: _messages(d) and _messages(d)[0]["user"] == "first conversation")
-        # rename
-        page.find_elements(By.CSS_SELECTOR, "#conversation-list .rename")[1].click()
-        name = page.find_element(By.CSS_SELECTOR, "#conversation-list input")
-        name.send_keys(Keys.CONTROL, "a")
-        name.send_keys("Renamed", Keys.ENTER)
-        assert "Renamed" in titles(page)
-        # delete asks first: Cancel keeps it, Delete removes it
-        page.find_elements(By.CSS_SELECTOR, "#conversation-list .delete")[0].click()
-        assert "Delete “" in page.find_element(By.CSS_SELECTOR, "#conversation-list .confirm").text
-        page.find_element(By.XPATH, "//ul[@id='conversation-list']//button[text()='Cancel']").click()
-        assert len(titles(page)) == 2
-        _shot(page, tmp_path, "conversations")
-        # export, delete one, import the export back
-        _click(page, "export")
-        exported = _wait(page, lambda d: [p for p in d.downloads.glob("mnn-engine-chats-*.json")], timeout=20)[0]
-        data = json.loads(exported.read_text())
-        assert data["format"] == "mnn-engine-conversations" and len(data["conversations"]) == 2
-        page.find_elements(By.CSS_SELECTOR, "#conversation-list .delete")[0].click()
-        page.find_element(By.CSS_SELECTOR, "#conversation-list .delete-yes").click()
-        assert len(titles(page)) == 1
-        page.find_element(By.ID, "import").send_keys(str(exported))
-        _wait(page, lambda d: len(titles(d)) == 3)
-        assert "imported 2 conversations" in page.find_element(By.ID, "hint").text
-        bad = tmp_path / "bad.json"
-        bad.write_text('{"hello": 1}')
-        page.find_element(By.ID, "import").send_keys(str(bad))
-        _wait(page, lambda d: "not a conversations file" in d.find_element(By.ID, "hint").text)
-        exported.unlink()
-    finally:
-        live.close()
+def test_conversations_new_switch_rename_delete_with_confirmation_export_import(page, tmp_path, serve):
+    live = serve("tiny-scripted")
+    _open(page, live)
+    _type(page, "first conversation")
+    _last_done(page)
+    _click(page, "new-chat")  # a new conversation; the first is kept, not wiped
+    assert _messages(page) == []
+    _type(page, "second conversation")
+    _last_done(page)
+    if not page.find_element(By.ID, "conversations").is_displayed():
+        _click(page, "toggle-list")
+    titles = lambda d: [e.text for e in d.find_elements(By.CSS_SELECTOR, "#conversation-list .open")]  # noqa: E731
+    assert titles(page) == ["second conversation", "first conversation"]
+    page.find_elements(By.CSS_SELECTOR, "#conversation-list .open")[1].click()
+    _wait(page, lambda d: _messages(d) and _messages(d)[0]["user"] == "first conversation")
+    # rename
+    page.find_elements(By.CSS_SELECTOR, "#conversation-list .rename")[1].click()
+    name = page.find_element(By.CSS_SELECTOR, "#conversation-list input")
+    name.send_keys(Keys.CONTROL, "a")
+    name.send_keys("Renamed", Keys.ENTER)
+    assert "Renamed" in titles(page)
+    # delete asks first: Cancel keeps it, Delete removes it
+    page.find_elements(By.CSS_SELECTOR, "#conversation-list .delete")[0].click()
+    assert "Delete “" in page.find_element(By.CSS_SELECTOR, "#conversation-list .confirm").text
+    page.find_element(By.XPATH, "//ul[@id='conversation-list']//button[text()='Cancel']").click()
+    assert len(titles(page)) == 2
+    _shot(page, tmp_path, "conversations")
+    # export, delete one, import the export back
+    _click(page, "export")
+    exported = _wait(page, lambda d: [p for p in d.downloads.glob("mnn-engine-chats-*.json")], timeout=20)[0]
+    data = json.loads(exported.read_text())
+    assert data["format"] == "mnn-engine-conversations" and len(data["conversations"]) == 2
+    page.find_elements(By.CSS_SELECTOR, "#conversation-list .delete")[0].click()
+    page.find_element(By.CSS_SELECTOR, "#conversation-list .delete-yes").click()
+    assert len(titles(page)) == 1
+    page.find_element(By.ID, "import").send_keys(str(exported))
+    _wait(page, lambda d: len(titles(d)) == 3)
+    assert "imported 2 conversations" in page.find_element(By.ID, "hint").text
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"hello": 1}')
+    page.find_element(By.ID, "import").send_keys(str(bad))
+    _wait(page, lambda d: "not a conversations file" in d.find_element(By.ID, "hint").text)
+    exported.unlink()
 
 
-def test_an_imported_file_is_not_trusted(page, tmp_path):
-    live = Live(tmp_path, "tiny")
-    try:
-        _open(page, live)
-        crafted = tmp_path / "crafted.json"
-        crafted.write_text(json.dumps({"conversations": [{"title": "<img src=x onerror=window.pwned=1>", "messages": [
-            {"role": "user", "content": "hi", "images": ["javascript:window.pwned=2", "http://example.com/x.png"]},
-            {"role": "assistant", "content": "ok", "tool_calls": [{"oops": 1}, None], "stats": {"x": 1}},
-            {"role": "system", "content": "dropped"}, {"role": "user", "content": 5}]}]}))
-        if not page.find_element(By.ID, "conversations").is_displayed():
-            _click(page, "toggle-list")
-        page.find_element(By.ID, "import").send_keys(str(crafted))
-        _wait(page, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#conversation-list .open")) == 2)
-        next(e for e in page.find_elements(By.CSS_SELECTOR, "#conversation-list .open") if "onerror" in e.text).click()
-        _wait(page, lambda d: [m["cls"] for m in _messages(d)] == ["msg user", "msg assistant"])
-        assert page.find_elements(By.CSS_SELECTOR, "#messages img") == []
-        assert page.execute_script("return window.pwned") is None
-    finally:
-        live.close()
+def test_an_imported_file_is_not_trusted(page, tmp_path, serve):
+    live = serve("tiny")
+    _open(page, live)
+    crafted = tmp_path / "crafted.json"
+    crafted.write_text(json.dumps({"conversations": [{"title": "<img src=x onerror=window.pwned=1>", "messages": [
+        {"role": "user", "content": "hi", "images": ["javascript:window.pwned=2", "http://example.com/x.png"]},
+        {"role": "assistant", "content": "ok", "tool_calls": [{"oops": 1}, None], "stats": {"x": 1}},
+        {"role": "system", "content": "dropped"}, {"role": "user", "content": 5}]}]}))
+    if not page.find_element(By.ID, "conversations").is_displayed():
+        _click(page, "toggle-list")
+    page.find_element(By.ID, "import").send_keys(str(crafted))
+    _wait(page, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#conversation-list .open")) == 2)
+    next(e for e in page.find_elements(By.CSS_SELECTOR, "#conversation-list .open") if "onerror" in e.text).click()
+    _wait(page, lambda d: [m["cls"] for m in _messages(d)] == ["msg user", "msg assistant"])
+    assert page.find_elements(By.CSS_SELECTOR, "#messages img") == []
+    assert page.execute_script("return window.pwned") is None
 
 
-def test_edit_a_message_and_answer_again_and_delete_a_message(page, tmp_path):
-    live = Live(tmp_path, "tiny-scripted")
-    try:
-        _open(page, live)
-        _type(page, "one")
-        _last_done(page)
-        _type(page, "two")
-        _wait(page, lambda d: len(_answers(d)) == 2 and _last_done(d))
-        page.find_elements(By.CSS_SELECTOR, ".msg.user .edit")[0].click()
-        area = page.find_element(By.CSS_SELECTOR, ".msg.user.editing textarea")
-        area.send_keys(Keys.CONTROL, "a")
-        area.send_keys("one, edited")
-        page.find_element(By.CSS_SELECTOR, ".save-edit").click()
-        _wait(page, lambda d: len(_messages(d)) == 2 and _last_done(d))
-        assert _messages(page)[0]["user"] == "one, edited"
-        assert [m["content"] for m in _sent(page)[-1]["messages"]] == ["one, edited"]  # answered from there
-        page.find_elements(By.CSS_SELECTOR, ".msg.assistant .delete-message")[0].click()
-        assert [m["cls"] for m in _messages(page)] == ["msg user"]
-    finally:
-        live.close()
+def test_edit_a_message_and_answer_again_and_delete_a_message(page, serve):
+    live = serve("tiny-scripted")
+    _open(page, live)
+    _type(page, "one")
+    _last_done(page)
+    _type(page, "two")
+    _wait(page, lambda d: len(_answers(d)) == 2 and _last_done(d))
+    page.find_elements(By.CSS_SELECTOR, ".msg.user .edit")[0].click()
+    area = page.find_element(By.CSS_SELECTOR, ".msg.user.editing textarea")
+    area.send_keys(Keys.CONTROL, "a")
+    area.send_keys("one, edited")
+    page.find_element(By.CSS_SELECTOR, ".save-edit").click()
+    _wait(page, lambda d: len(_messages(d)) == 2 and _last_done(d))
+    assert _messages(page)[0]["user"] == "one, edited"
+    assert [m["content"] for m in _sent(page)[-1]["messages"]] == ["one, edited"]  # answered from there
+    page.find_elements(By.CSS_SELECTOR, ".msg.assistant .delete-message")[0].click()
+    assert [m["cls"] for m in _messages(page)] == ["msg user"]
 
 
-def test_settings_are_sent_and_remembered_per_conversation(page, tmp_path):
-    live = Live(tmp_path, "tiny-scripted")
-    try:
-        _open(page, live)
-        for field, value in {"system": "Be brief.", "temp": "0.5", "top-p": "0.9", "top-k": "5", "min-p": "0.05",
-                             "repeat": "1.1", "seed": "7", "max": "64"}.items():
-            _set(page, field, value)
-        _type(page, "hi")
-        _last_done(page)
-        body = _sent(page)[-1]
-        assert body["messages"][0] == {"role": "system", "content": "Be brief."}
-        assert {k: body[k] for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed",
-                                     "max_tokens")} == {"temperature": 0.5, "top_p": 0.9, "top_k": 5, "min_p": 0.05,
-                                                        "repetition_penalty": 1.1, "seed": 7, "max_tokens": 64}
-        assert body["model"] == "tiny-scripted"  # the picker, fed by /v1/models
-        assert body["chat_template_kwargs"] == {"enable_thinking": True}
-        _click(page, "new-chat")
-        _settings(page)
-        assert page.find_element(By.ID, "temp").get_attribute("value") == "0.5"  # a new chat starts from the last used
-        _close_settings(page)
-        _set(page, "temp", "1.2")
-        _type(page, "hello")
-        _last_done(page)
-        assert _sent(page)[-1]["temperature"] == 1.2
-        if not page.find_element(By.ID, "conversations").is_displayed():
-            _click(page, "toggle-list")
-        page.find_elements(By.CSS_SELECTOR, "#conversation-list .open")[1].click()  # back to the first
-        _settings(page)
-        assert page.find_element(By.ID, "temp").get_attribute("value") == "0.5"
-        assert page.find_element(By.ID, "system").get_attribute("value") == "Be brief."
-    finally:
-        live.close()
+def test_settings_are_sent_and_remembered_per_conversation(page, serve):
+    live = serve("tiny-scripted")
+    _open(page, live)
+    for field, value in {"system": "Be brief.", "temp": "0.5", "top-p": "0.9", "top-k": "5", "min-p": "0.05",
+                         "repeat": "1.1", "seed": "7", "max": "64"}.items():
+        _set(page, field, value)
+    _type(page, "hi")
+    _last_done(page)
+    body = _sent(page)[-1]
+    assert body["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert {k: body[k] for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed",
+                                 "max_tokens")} == {"temperature": 0.5, "top_p": 0.9, "top_k": 5, "min_p": 0.05,
+                                                    "repetition_penalty": 1.1, "seed": 7, "max_tokens": 64}
+    assert body["model"] == "tiny-scripted"  # the picker, fed by /v1/models
+    assert body["chat_template_kwargs"] == {"enable_thinking": True}
+    _click(page, "new-chat")
+    _settings(page)
+    assert page.find_element(By.ID, "temp").get_attribute("value") == "0.5"  # a new chat starts from the last used
+    _close_settings(page)
+    _set(page, "temp", "1.2")
+    _type(page, "hello")
+    _last_done(page)
+    assert _sent(page)[-1]["temperature"] == 1.2
+    if not page.find_element(By.ID, "conversations").is_displayed():
+        _click(page, "toggle-list")
+    page.find_elements(By.CSS_SELECTOR, "#conversation-list .open")[1].click()  # back to the first
+    _settings(page)
+    assert page.find_element(By.ID, "temp").get_attribute("value") == "0.5"
+    assert page.find_element(By.ID, "system").get_attribute("value") == "Be brief."
 
 
-def test_page_json_schema_box(page, tmp_path):
-    live = Live(tmp_path, "tiny")
-    try:
-        _open(page, live)
-        _settings(page)
-        page.find_element(By.CSS_SELECTOR, "#structured summary").click()
-        schema = page.find_element(By.ID, "schema")
-        schema.send_keys("{not json")
-        schema.send_keys(Keys.TAB)
-        _close_settings(page)
-        _type(page, "Hi")
-        _wait(page, _errors)
-        assert _errors(page)[0].startswith("JSON schema:")
-        _settings(page)
-        schema.clear()
-        schema.send_keys('{"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 9}}, '
-                         '"required": ["n"], "additionalProperties": false}')
-        schema.send_keys(Keys.TAB)
-        _close_settings(page)
-        page.find_element(By.CSS_SELECTOR, ".retry").click()
-        answer = json.loads(_last_done(page)["body"])
-        assert set(answer) == {"n"} and 1 <= answer["n"] <= 9
-    finally:
-        live.close()
+def test_page_json_schema_box(page, serve):
+    live = serve("tiny")
+    _open(page, live)
+    _settings(page)
+    page.find_element(By.CSS_SELECTOR, "#structured summary").click()
+    schema = page.find_element(By.ID, "schema")
+    schema.send_keys("{not json")
+    schema.send_keys(Keys.TAB)
+    _close_settings(page)
+    _type(page, "Hi")
+    _wait(page, _errors)
+    assert _errors(page)[0].startswith("JSON schema:")
+    _settings(page)
+    schema.clear()
+    schema.send_keys('{"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 9}}, '
+                     '"required": ["n"], "additionalProperties": false}')
+    schema.send_keys(Keys.TAB)
+    _close_settings(page)
+    page.find_element(By.CSS_SELECTOR, ".retry").click()
+    answer = json.loads(_last_done(page)["body"])
+    assert set(answer) == {"n"} and 1 <= answer["n"] <= 9
 
 
 # ---------------------------------------------------------------- what the model writes, drawn
@@ -367,30 +380,27 @@ def f(x):
 """ + "```\n```\n" * 30 + "done"
 
 
-def test_markdown_by_the_libraries_tables_quotes_math_code_and_copy(page, tmp_path):
-    live = Live(tmp_path, "tiny")
-    try:
-        _storage(page, live, """localStorage.setItem('mnn-engine-chats', JSON.stringify({current: 'c', conversations: [
-            {id: 'c', title: 't', messages: [{id: 'u', role: 'user', content: 'show me'},
-                                            {id: 'a', role: 'assistant', content: arguments[0], state: 'done'}]}]}))""",
-                 RICH)
-        page.get(live.url + "/")
-        body = _wait(page, lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.assistant .body"))[0]
-        assert [c.text for c in body.find_elements(By.CSS_SELECTOR, "table td")] == ["1", "2"]
-        assert body.find_element(By.TAG_NAME, "blockquote").text == "quoted"
-        assert len(body.find_elements(By.CSS_SELECTOR, ".katex")) == 2  # $x^2 + 1$ and the display block
-        assert body.find_elements(By.CSS_SELECTOR, ".katex-display")
-        assert body.find_elements(By.CSS_SELECTOR, ".katex-mathml math semantics annotation")  # read by screen readers
-        assert "$5 and $6" in body.text  # prices are not math
-        assert len(body.find_elements(By.CSS_SELECTOR, ".codeblock")) == 1  # the 30 empty fences draw nothing
-        code = body.find_element(By.CSS_SELECTOR, ".codeblock code")
-        assert code.find_elements(By.CSS_SELECTOR, ".hljs-keyword")  # highlighted
-        copy = body.find_element(By.CSS_SELECTOR, ".codeblock .copy-code")
-        assert copy.size["height"] >= 44 and copy.size["width"] >= 44
-        copy.click()
-        _shot(page, tmp_path, "markdown")
-    finally:
-        live.close()
+def test_markdown_by_the_libraries_tables_quotes_math_code_and_copy(page, tmp_path, serve):
+    live = serve("tiny")
+    _storage(page, live, """localStorage.setItem('mnn-engine-chats', JSON.stringify({current: 'c', conversations: [
+        {id: 'c', title: 't', messages: [{id: 'u', role: 'user', content: 'show me'},
+                                        {id: 'a', role: 'assistant', content: arguments[0], state: 'done'}]}]}))""",
+             RICH)
+    page.get(live.url + "/")
+    body = _wait(page, lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.assistant .body"))[0]
+    assert [c.text for c in body.find_elements(By.CSS_SELECTOR, "table td")] == ["1", "2"]
+    assert body.find_element(By.TAG_NAME, "blockquote").text == "quoted"
+    assert len(body.find_elements(By.CSS_SELECTOR, ".katex")) == 2  # $x^2 + 1$ and the display block
+    assert body.find_elements(By.CSS_SELECTOR, ".katex-display")
+    assert body.find_elements(By.CSS_SELECTOR, ".katex-mathml math semantics annotation")  # read by screen readers
+    assert "$5 and $6" in body.text  # prices are not math
+    assert len(body.find_elements(By.CSS_SELECTOR, ".codeblock")) == 1  # the 30 empty fences draw nothing
+    code = body.find_element(By.CSS_SELECTOR, ".codeblock code")
+    assert code.find_elements(By.CSS_SELECTOR, ".hljs-keyword")  # highlighted
+    copy = body.find_element(By.CSS_SELECTOR, ".codeblock .copy-code")
+    assert copy.size["height"] >= 44 and copy.size["width"] >= 44
+    copy.click()
+    _shot(page, tmp_path, "markdown")
 
 
 HOSTILE = [  # what must still be formatted first: an unclosed hostile tag may take in what follows it
@@ -406,370 +416,306 @@ HOSTILE = [  # what must still be formatted first: an unclosed hostile tag may t
 ]
 
 
-def test_hostile_output_is_inert(page, tmp_path):
-    live = Live(tmp_path, "tiny")
-    try:
-        _storage(page, live, """localStorage.setItem('mnn-engine-chats', JSON.stringify({current: 'c', conversations: [
-            {id: 'c', title: '<b>t</b>', messages: [
-              {id: 'u', role: 'user', content: '<i>me</i>'},
-              {id: 'a', role: 'assistant', content: arguments[0], state: 'done'}]}]}))""",
-                 "\n\n".join(HOSTILE))
-        page.get(live.url + "/")
-        _wait(page, lambda d: len(_messages(d)) == 2)
-        time.sleep(0.3)  # any onerror would have run by now
-        assert page.execute_script("return window.pwned") is None
-        box = page.find_element(By.ID, "messages")
-        for tag in ("script", "iframe", "style", "form", "i", "b"):
-            assert box.find_elements(By.CSS_SELECTOR, f".msg {tag}") == [], tag
-        assert page.execute_script("""return [...document.querySelectorAll('#messages *')].flatMap((e) =>
-            [...e.attributes].map((a) => a.name)).filter((n) => n.startsWith('on'))""") == []
-        assert page.execute_script("""return [...document.querySelectorAll('#messages a')]
-            .map((a) => a.getAttribute('href') || '').filter((h) => /script:/i.test(h))""") == []
-        assert page.execute_script("""return [...document.querySelectorAll('#messages .body [style]')]
-            .filter((e) => !e.closest('.katex')).length""") == 0  # no page-covering overlay
-        body = page.find_element(By.CSS_SELECTOR, "#messages .msg.assistant .body")
-        assert body.find_element(By.TAG_NAME, "strong").text == "bold"
-        assert body.find_element(By.CSS_SELECTOR, "pre code").text == "<b>not bold</b>"
-        assert [li.text for li in body.find_elements(By.TAG_NAME, "li")] == ["one", "two"]
-        assert _messages(page)[0]["user"] == "<i>me</i>"
-        assert page.find_element(By.CSS_SELECTOR, "body").is_displayed()
-        # the page's policy: no inline script could run even past the sanitiser
-        _, headers, _ = live.request("GET", "/")
-        assert "script-src 'self'" in headers["content-security-policy"]
-        _shot(page, tmp_path, "hostile")
-    finally:
-        live.close()
+def test_hostile_output_is_inert(page, tmp_path, serve):
+    live = serve("tiny")
+    _storage(page, live, """localStorage.setItem('mnn-engine-chats', JSON.stringify({current: 'c', conversations: [
+        {id: 'c', title: '<b>t</b>', messages: [
+          {id: 'u', role: 'user', content: '<i>me</i>'},
+          {id: 'a', role: 'assistant', content: arguments[0], state: 'done'}]}]}))""",
+             "\n\n".join(HOSTILE))
+    page.get(live.url + "/")
+    _wait(page, lambda d: len(_messages(d)) == 2)
+    time.sleep(0.3)  # any onerror would have run by now
+    assert page.execute_script("return window.pwned") is None
+    box = page.find_element(By.ID, "messages")
+    for tag in ("script", "iframe", "style", "form", "i", "b"):
+        assert box.find_elements(By.CSS_SELECTOR, f".msg {tag}") == [], tag
+    assert page.execute_script("""return [...document.querySelectorAll('#messages *')].flatMap((e) =>
+        [...e.attributes].map((a) => a.name)).filter((n) => n.startsWith('on'))""") == []
+    assert page.execute_script("""return [...document.querySelectorAll('#messages a')]
+        .map((a) => a.getAttribute('href') || '').filter((h) => /script:/i.test(h))""") == []
+    assert page.execute_script("""return [...document.querySelectorAll('#messages .body [style]')]
+        .filter((e) => !e.closest('.katex')).length""") == 0  # no page-covering overlay
+    body = page.find_element(By.CSS_SELECTOR, "#messages .msg.assistant .body")
+    assert body.find_element(By.TAG_NAME, "strong").text == "bold"
+    assert body.find_element(By.CSS_SELECTOR, "pre code").text == "<b>not bold</b>"
+    assert [li.text for li in body.find_elements(By.TAG_NAME, "li")] == ["one", "two"]
+    assert _messages(page)[0]["user"] == "<i>me</i>"
+    assert page.find_element(By.CSS_SELECTOR, "body").is_displayed()
+    # the page's policy: no inline script could run even past the sanitiser
+    _, headers, _ = live.request("GET", "/")
+    assert "script-src 'self'" in headers["content-security-policy"]
+    _shot(page, tmp_path, "hostile")
 
 
-def test_tool_calls_are_drawn_as_tool_calls(page, tmp_path):
-    live = Live(tmp_path, "tiny-toolcall")
-    try:
-        _open(page, live)
-        _set(page, "temp", "0")
-        _type(page, "weather in Paris?")  # no tools sent: the calls written as text are drawn as calls
-        answer = _last_done(page)
-        assert answer["tools"] == ["tool call: get_weather"] and "<tool_call>" not in answer["text"]
-        _settings(page)
-        page.find_element(By.CSS_SELECTOR, "#tools-box summary").click()
-        tools = page.find_element(By.ID, "tools")
-        tools.send_keys(json.dumps([{"type": "function", "function": {
-            "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]))
-        tools.send_keys(Keys.TAB)
-        _close_settings(page)
-        _type(page, "and now?")  # with tools: the server's parsed, streamed tool_calls
-        _wait(page, lambda d: len(_answers(d)) == 2 and _last_done(d))
-        assert _answers(page)[-1]["tools"] == ["tool call: get_weather"]
-        assert _sent(page)[-1]["tools"][0]["function"]["name"] == "get_weather"
-        args = page.find_elements(By.CSS_SELECTOR, ".msg.assistant .tool pre")[-1].text
-        assert json.loads(args) == {"city": "Paris"}
-        assert TOOLCALL_TEXT not in page.find_element(By.ID, "messages").text
-    finally:
-        live.close()
+def test_tool_calls_are_drawn_as_tool_calls(page, serve):
+    live = serve("tiny-toolcall")
+    _open(page, live)
+    _set(page, "temp", "0")
+    _type(page, "weather in Paris?")  # no tools sent: the calls written as text are drawn as calls
+    answer = _last_done(page)
+    assert answer["tools"] == ["tool call: get_weather"] and "<tool_call>" not in answer["text"]
+    _settings(page)
+    page.find_element(By.CSS_SELECTOR, "#tools-box summary").click()
+    tools = page.find_element(By.ID, "tools")
+    tools.send_keys(json.dumps([{"type": "function", "function": {
+        "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]))
+    tools.send_keys(Keys.TAB)
+    _close_settings(page)
+    _type(page, "and now?")  # with tools: the server's parsed, streamed tool_calls
+    _wait(page, lambda d: len(_answers(d)) == 2 and _last_done(d))
+    assert _answers(page)[-1]["tools"] == ["tool call: get_weather"]
+    assert _sent(page)[-1]["tools"][0]["function"]["name"] == "get_weather"
+    args = page.find_elements(By.CSS_SELECTOR, ".msg.assistant .tool pre")[-1].text
+    assert json.loads(args) == {"city": "Paris"}
+    assert TOOLCALL_TEXT not in page.find_element(By.ID, "messages").text
 
 
-def test_thinking_is_offered_and_shown_only_for_models_that_think(page, tmp_path):
-    live = Live(tmp_path / "a", "tiny-thinking")
-    try:
-        _open(page, live)
-        assert page.find_element(By.ID, "think-label").is_displayed()  # in the header
-        assert page.find_element(By.ID, "think").is_selected()  # the model's own default: on
-        _set(page, "temp", "0")
-        _type(page, "Hi")
-        answer = _last_done(page)
-        assert answer["reasoning_open"] is False  # folded once the answer is complete
-        assert "The user greets me." in answer["reasoning"] and THINKING_TEXT.endswith(answer["body"])
-        page.find_element(By.CSS_SELECTOR, "details.reasoning summary").click()
-        _shot(page, tmp_path, "thinking")
-        _click(page, "think")
-        _type(page, "Again")
-        _wait(page, lambda d: len(_answers(d)) == 2 and _last_done(d))
-        assert _sent(page)[-1]["chat_template_kwargs"] == {"enable_thinking": False}
-    finally:
-        live.close()
-    live = Live(tmp_path / "b", "smollm2-135m")  # a template without <think>
-    try:
-        _open(page, live)
-        assert not page.find_element(By.ID, "think-label").is_displayed()
-        assert not page.find_element(By.ID, "attach-label").is_displayed()  # not a vision model: no image button
-    finally:
-        live.close()
+def test_thinking_is_offered_and_shown_only_for_models_that_think(page, tmp_path, serve):
+    live = serve("tiny-thinking")
+    _open(page, live)
+    assert page.find_element(By.ID, "think-label").is_displayed()  # in the header
+    assert page.find_element(By.ID, "think").is_selected()  # the model's own default: on
+    _set(page, "temp", "0")
+    _type(page, "Hi")
+    answer = _last_done(page)
+    assert answer["reasoning_open"] is False  # folded once the answer is complete
+    assert "The user greets me." in answer["reasoning"] and THINKING_TEXT.endswith(answer["body"])
+    page.find_element(By.CSS_SELECTOR, "details.reasoning summary").click()
+    _shot(page, tmp_path, "thinking")
+    _click(page, "think")
+    _type(page, "Again")
+    _wait(page, lambda d: len(_answers(d)) == 2 and _last_done(d))
+    assert _sent(page)[-1]["chat_template_kwargs"] == {"enable_thinking": False}
+    _open(page, serve("smollm2-135m"))  # a template without <think>
+    assert not page.find_element(By.ID, "think-label").is_displayed()
+    assert not page.find_element(By.ID, "attach-label").is_displayed()  # not a vision model: no image button
 
 
 # ---------------------------------------------------------------- nothing is lost
-def test_stop_keeps_the_partial_answer_and_the_server_ready_before_send_comes_back(page, tmp_path):
-    live = Live(tmp_path, "tiny")
-    try:
-        _open(page, live)
-        _set(page, "max", "-1")
-        _type(page, "Tell me a long story.")
-        _wait(page, lambda d: len(_answers(d)[-1]["text"]) > 20)
-        _wait(page, lambda d: d.find_element(By.ID, "status").text == "generating")  # pushed by /events
-        _click(page, "stop")
-        _wait(page, lambda d: d.find_element(By.ID, "send").is_enabled())
-        assert live.engine.snapshot()["generation"]["state"] == "idle"
-        assert live.engine.last_result.finish_reason == "cancelled"
-        answer = _last_done(page)
-        assert answer["stats"].startswith("stopped") and len(answer["body"]) > 20  # kept, marked
-        _set(page, "max", "4")
-        _type(page, "Again")  # at once: no 429, and the stopped answer is part of the conversation
-        _wait(page, lambda d: len(_messages(d)) == 4 and "tokens" in _last_done(d)["stats"])
-        assert not _errors(page)
-        assert [m["role"] for m in _sent(page)[-1]["messages"]] == ["user", "assistant", "user"]
-    finally:
-        live.close()
+def test_stop_keeps_the_partial_answer_and_the_server_ready_before_send_comes_back(page, serve):
+    live = serve("tiny")
+    _long_answer(page, live, 20)
+    _wait(page, lambda d: d.find_element(By.ID, "status").text == "generating")  # pushed by /events
+    _click(page, "stop")
+    _wait(page, lambda d: d.find_element(By.ID, "send").is_enabled())
+    assert live.engine.snapshot()["generation"]["state"] == "idle"
+    assert live.engine.last_result.finish_reason == "cancelled"
+    answer = _last_done(page)
+    assert answer["stats"].startswith("stopped") and len(answer["body"]) > 20  # kept, marked
+    _next_turn_alternates(page, "Again")  # at once: no 429, and the stopped answer is part of the conversation
+    assert not _errors(page)
 
 
-def test_a_server_stop_mid_answer_keeps_the_text_and_the_page_recovers(page, tmp_path):
-    live = Live(tmp_path, "tiny")
-    try:
-        _open(page, live)
-        _set(page, "max", "-1")
-        _type(page, "Tell me a long story.")
-        _wait(page, lambda d: len(_answers(d)[-1]["text"]) > 200)
-        written = _answers(page)[-1]["body"]
-        live.engine.stop_server()
-        _wait(page, lambda d: d.find_element(By.ID, "status").text == "unreachable", timeout=30)
-        answer = _answers(page)[-1]
-        assert answer["body"].startswith(written) and answer["note"].startswith("Interrupted:")  # nothing replaced
-        assert not page.find_element(By.ID, "send").is_enabled()
-        assert "not reachable; retrying" in page.find_element(By.ID, "banner").text
-        _shot(page, tmp_path, "server-down")
-        live.engine.start_server(port=live.port)
-        _wait(page, lambda d: d.find_element(By.ID, "status").text == "ready", timeout=30)
-        assert page.find_element(By.ID, "banner").is_displayed() is False
-        _set(page, "max", "4")
-        _type(page, "Are you back?")
-        _wait(page, lambda d: len(_answers(d)) == 2 and _last_done(d))
-        assert [m["role"] for m in _sent(page)[-1]["messages"]] == ["user", "assistant", "user"]
-    finally:
-        live.close()
+def test_a_server_stop_mid_answer_keeps_the_text_and_the_page_recovers(page, tmp_path, serve):
+    live = serve("tiny")
+    _long_answer(page, live, 200)
+    written = _answers(page)[-1]["body"]
+    live.engine.stop_server()
+    _wait(page, lambda d: d.find_element(By.ID, "status").text == "unreachable", timeout=30)
+    answer = _answers(page)[-1]
+    assert answer["body"].startswith(written) and answer["note"].startswith("Interrupted:")  # nothing replaced
+    assert not page.find_element(By.ID, "send").is_enabled()
+    assert "not reachable; retrying" in page.find_element(By.ID, "banner").text
+    _shot(page, tmp_path, "server-down")
+    live.engine.start_server(port=live.port)
+    _wait(page, lambda d: d.find_element(By.ID, "status").text == "ready", timeout=30)
+    assert page.find_element(By.ID, "banner").is_displayed() is False
+    _next_turn_alternates(page, "Are you back?")
 
 
-def test_a_reload_mid_answer_keeps_the_partial_answer_and_no_orphan(page, tmp_path):
-    live = Live(tmp_path, "tiny")
-    try:
-        _open(page, live)
-        _set(page, "max", "-1")
-        _type(page, "Tell me a long story.")
-        _wait(page, lambda d: len(_answers(d)[-1]["text"]) > 50)
-        page.refresh()
-        _wait(page, lambda d: d.find_element(By.ID, "status").text == "ready" and len(_messages(d)) == 2)
-        answer = _answers(page)[-1]
-        assert len(answer["body"]) > 20 and "reloaded" in answer["note"]
-        assert page.find_elements(By.CSS_SELECTOR, ".regenerate")  # it can be written again
-        live.wait_idle()  # the server let go of the generation when the page left
-        _set(page, "max", "4")
-        _type(page, "Next")  # not a second user turn in a row: the partial answer is between them
-        _wait(page, lambda d: len(_answers(d)) == 2 and _last_done(d))
-        assert [m["role"] for m in _sent(page)[-1]["messages"]] == ["user", "assistant", "user"]
-    finally:
-        live.close()
+def test_a_reload_mid_answer_keeps_the_partial_answer_and_no_orphan(page, serve):
+    live = serve("tiny")
+    _long_answer(page, live, 50)
+    page.refresh()
+    _wait(page, lambda d: d.find_element(By.ID, "status").text == "ready" and len(_messages(d)) == 2)
+    answer = _answers(page)[-1]
+    assert len(answer["body"]) > 20 and "reloaded" in answer["note"]
+    assert page.find_elements(By.CSS_SELECTOR, ".regenerate")  # it can be written again
+    live.wait_idle()  # the server let go of the generation when the page left
+    _next_turn_alternates(page, "Next")  # the partial answer is between the two questions
 
 
-def test_a_failed_turn_can_be_retried_or_deleted_and_is_never_sent_twice_silently(page, tmp_path):
-    live = Live(tmp_path, "tiny", queue=0)
-    try:
-        _open(page, live)
-        holder = Holder(live)
-        _type(page, "first")
-        _wait(page, _errors)
-        assert _errors(page)[0].startswith("429: busy") and _messages(page)[0]["user"] == "first"
-        assert page.find_element(By.CSS_SELECTOR, ".msg.error .retry").is_displayed()
-        holder.release()
-        _wait(page, lambda d: d.find_element(By.ID, "status").text == "ready")
-        _set(page, "max", "4")
-        _type(page, "second")  # the first has no answer: the page asks
-        choice = page.find_element(By.ID, "choice")
-        assert choice.is_displayed() and "no answer" in choice.text
-        _click(page, "choice-cancel")
-        assert not choice.is_displayed() and page.find_element(By.ID, "prompt").get_attribute("value") == "second"
-        _click(page, "send")
-        _click(page, "choice-drop")
-        _wait(page, lambda d: _last_done(d))
-        assert [m["content"] for m in _sent(page)[-1]["messages"]] == ["second"]
-        holder = Holder(live)
-        _type(page, "third")
-        _wait(page, _errors)
-        holder.release()
-        _wait(page, lambda d: d.find_element(By.ID, "status").text == "ready")
-        _type(page, "fourth")
-        _click(page, "choice-both")  # the user chose to send both
-        _wait(page, lambda d: len(_answers(d)) == 2 and _last_done(d))
-        assert [m["content"] for m in _sent(page)[-1]["messages"] if m["role"] == "user"][-2:] == ["third", "fourth"]
-        holder = Holder(live)
-        _type(page, "fifth")
-        _wait(page, _errors)
-        holder.release()
-        _wait(page, lambda d: d.find_element(By.ID, "status").text == "ready")
-        page.find_element(By.CSS_SELECTOR, ".msg.error .retry").click()
-        _wait(page, lambda d: len(_answers(d)) == 3 and _last_done(d) and not _errors(d))
-        holder = Holder(live)
-        _type(page, "sixth")
-        _wait(page, _errors)
-        page.find_element(By.CSS_SELECTOR, ".msg.error .delete-failed").click()
-        assert "sixth" not in [m["user"] for m in _messages(page)] and not _errors(page)
-        holder.release()
-    finally:
-        live.close()
+def test_a_failed_turn_can_be_retried_or_deleted_and_is_never_sent_twice_silently(page, serve):
+    live = serve("tiny", queue=0)
+    _open(page, live)
+    holder = Holder(live)
+    _type(page, "first")
+    _wait(page, _errors)
+    assert _errors(page)[0].startswith("429: busy") and _messages(page)[0]["user"] == "first"
+    assert page.find_element(By.CSS_SELECTOR, ".msg.error .retry").is_displayed()
+    holder.release()
+    _wait(page, lambda d: d.find_element(By.ID, "status").text == "ready")
+    _set(page, "max", "4")
+    _type(page, "second")  # the first has no answer: the page asks
+    choice = page.find_element(By.ID, "choice")
+    assert choice.is_displayed() and "no answer" in choice.text
+    _click(page, "choice-cancel")
+    assert not choice.is_displayed() and page.find_element(By.ID, "prompt").get_attribute("value") == "second"
+    _click(page, "send")
+    _click(page, "choice-drop")
+    _wait(page, lambda d: _last_done(d))
+    assert [m["content"] for m in _sent(page)[-1]["messages"]] == ["second"]
+    holder = Holder(live)
+    _type(page, "third")
+    _wait(page, _errors)
+    holder.release()
+    _wait(page, lambda d: d.find_element(By.ID, "status").text == "ready")
+    _type(page, "fourth")
+    _click(page, "choice-both")  # the user chose to send both
+    _wait(page, lambda d: len(_answers(d)) == 2 and _last_done(d))
+    assert [m["content"] for m in _sent(page)[-1]["messages"] if m["role"] == "user"][-2:] == ["third", "fourth"]
+    holder = Holder(live)
+    _type(page, "fifth")
+    _wait(page, _errors)
+    holder.release()
+    _wait(page, lambda d: d.find_element(By.ID, "status").text == "ready")
+    page.find_element(By.CSS_SELECTOR, ".msg.error .retry").click()
+    _wait(page, lambda d: len(_answers(d)) == 3 and _last_done(d) and not _errors(d))
+    holder = Holder(live)
+    _type(page, "sixth")
+    _wait(page, _errors)
+    page.find_element(By.CSS_SELECTOR, ".msg.error .delete-failed").click()
+    assert "sixth" not in [m["user"] for m in _messages(page)] and not _errors(page)
+    holder.release()
 
 
-def test_an_api_key_is_asked_for_before_the_first_send(page, tmp_path):
-    live = Live(tmp_path, "tiny-scripted", api_key="k")
-    try:
-        _open(page, live, status="needs API key")
-        assert not page.find_element(By.ID, "send").is_enabled()
-        assert page.find_element(By.ID, "settings").is_displayed()
-        assert page.switch_to.active_element.get_attribute("id") == "key"
-        assert "needs an API key" in page.find_element(By.ID, "key-note").text
-        assert "needs an API key" in page.find_element(By.ID, "banner").text
-        _shot(page, tmp_path, "needs-key")
-        key = page.find_element(By.ID, "key")
-        key.send_keys("wrong", Keys.TAB)
-        _wait(page, lambda d: "Wrong key" in d.find_element(By.ID, "key-note").text)
-        assert not page.find_element(By.ID, "send").is_enabled()
-        key.clear()
-        key.send_keys("k", Keys.TAB)
-        _wait(page, lambda d: d.find_element(By.ID, "status").text == "ready")
-        assert "accepted" in page.find_element(By.ID, "key-note").text
-        _close_settings(page)
-        _type(page, "Hi")
-        assert _last_done(page)["body"] == SCRIPTED_TEXT
-        page.refresh()  # the key is remembered
-        _wait(page, lambda d: d.find_element(By.ID, "status").text == "ready")
-    finally:
-        live.close()
+def test_an_api_key_is_asked_for_before_the_first_send(page, tmp_path, serve):
+    live = serve("tiny-scripted", api_key="k")
+    _open(page, live, status="needs API key")
+    assert not page.find_element(By.ID, "send").is_enabled()
+    assert page.find_element(By.ID, "settings").is_displayed()
+    assert page.switch_to.active_element.get_attribute("id") == "key"
+    assert "needs an API key" in page.find_element(By.ID, "key-note").text
+    assert "needs an API key" in page.find_element(By.ID, "banner").text
+    _shot(page, tmp_path, "needs-key")
+    key = page.find_element(By.ID, "key")
+    key.send_keys("wrong", Keys.TAB)
+    _wait(page, lambda d: "Wrong key" in d.find_element(By.ID, "key-note").text)
+    assert not page.find_element(By.ID, "send").is_enabled()
+    key.clear()
+    key.send_keys("k", Keys.TAB)
+    _wait(page, lambda d: d.find_element(By.ID, "status").text == "ready")
+    assert "accepted" in page.find_element(By.ID, "key-note").text
+    _close_settings(page)
+    _type(page, "Hi")
+    assert _last_done(page)["body"] == SCRIPTED_TEXT
+    page.refresh()  # the key is remembered
+    _wait(page, lambda d: d.find_element(By.ID, "status").text == "ready")
 
 
-def test_errors_429_and_503_are_shown_on_the_turn(page, tmp_path):
-    live = Live(tmp_path, "tiny", queue=1)
-    try:
-        _open(page, live)
-        holder = Holder(live)
-        _type(page, "Hi")  # waits in the queue
-        _wait(page, lambda d: json.loads(live.request("GET", "/health")[2])["queue"]["waiting"] == 1)
-        assert live.request("POST", "/v1/chat/completions", json.dumps(SHORT))[0] == 429  # the queue is full
-        live.engine.stop_server()
-        _wait(page, _errors)
-        assert _errors(page)[0].startswith("503: server_stopping")
-        holder.conn.close()
-    finally:
-        live.close()
+def test_errors_429_and_503_are_shown_on_the_turn(page, serve):
+    live = serve("tiny", queue=1)
+    _open(page, live)
+    holder = Holder(live)
+    _type(page, "Hi")  # waits in the queue
+    _wait(page, lambda d: json.loads(live.request("GET", "/health")[2])["queue"]["waiting"] == 1)
+    assert live.request("POST", "/v1/chat/completions", json.dumps(SHORT))[0] == 429  # the queue is full
+    live.engine.stop_server()
+    _wait(page, _errors)
+    assert _errors(page)[0].startswith("503: server_stopping")
+    holder.conn.close()
 
 
-def test_the_page_that_was_saved_before_conversations_is_kept(page, tmp_path):
-    live = Live(tmp_path, "tiny")
-    try:
-        _storage(page, live, """localStorage.clear(); localStorage.setItem('mnn-engine-chat', JSON.stringify([
-            {role: 'user', content: 'old question'}, {role: 'assistant', content: 'old answer', done: true}]));
-            localStorage.setItem('mnn-engine-chat-key', 'old-key')""")
-        page.get(live.url + "/")
-        _wait(page, lambda d: len(_messages(d)) == 2)
-        assert _messages(page)[1]["body"] == "old answer"
-        assert page.execute_script("return localStorage.getItem('mnn-engine-key')") == "old-key"
-    finally:
-        live.close()
+def test_the_page_that_was_saved_before_conversations_is_kept(page, serve):
+    live = serve("tiny")
+    _storage(page, live, """localStorage.clear(); localStorage.setItem('mnn-engine-chat', JSON.stringify([
+        {role: 'user', content: 'old question'}, {role: 'assistant', content: 'old answer', done: true}]));
+        localStorage.setItem('mnn-engine-chat-key', 'old-key')""")
+    page.get(live.url + "/")
+    _wait(page, lambda d: len(_messages(d)) == 2)
+    assert _messages(page)[1]["body"] == "old answer"
+    assert page.execute_script("return localStorage.getItem('mnn-engine-key')") == "old-key"
 
 
 # ---------------------------------------------------------------- looks, reach, keyboards and screen readers
-def test_dark_mode_follows_the_system_and_the_toggle(page, tmp_path):
-    live = Live(tmp_path, "tiny-scripted")
-    try:
-        page.execute_cdp_cmd("Emulation.setEmulatedMedia",
-                             {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
-        _open(page, live)
-        _type(page, "Hi")
-        _last_done(page)
-        background = lambda d: d.execute_script("return getComputedStyle(document.body).backgroundColor")  # noqa: E731
-        assert page.execute_script("return document.documentElement.dataset.theme") == "dark"
-        assert background(page) == "rgb(18, 21, 27)"
-        assert page.execute_script("return document.getElementById('hljs-light').disabled") is True
-        _shot(page, tmp_path, "dark")
-        _click(page, "theme")  # auto -> light, whatever the system says
-        assert page.execute_script("return document.documentElement.dataset.theme") == "light"
-        assert background(page) == "rgb(247, 248, 250)"
-        _click(page, "theme")  # -> dark
-        assert page.find_element(By.ID, "theme").get_attribute("aria-label") == "Theme: dark"
-        page.refresh()
-        _wait(page, lambda d: d.execute_script("return document.documentElement.dataset.theme") == "dark")
-        _click(page, "theme")  # -> back to automatic
-        page.execute_script("localStorage.removeItem('mnn-engine-theme')")
-    finally:
-        live.close()
+def test_dark_mode_follows_the_system_and_the_toggle(page, tmp_path, serve):
+    live = serve("tiny-scripted")
+    page.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                         {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    _open(page, live)
+    _type(page, "Hi")
+    _last_done(page)
+    background = lambda d: d.execute_script("return getComputedStyle(document.body).backgroundColor")  # noqa: E731
+    assert page.execute_script("return document.documentElement.dataset.theme") == "dark"
+    assert background(page) == "rgb(18, 21, 27)"
+    assert page.execute_script("return document.getElementById('hljs-light').disabled") is True
+    _shot(page, tmp_path, "dark")
+    _click(page, "theme")  # auto -> light, whatever the system says
+    assert page.execute_script("return document.documentElement.dataset.theme") == "light"
+    assert background(page) == "rgb(247, 248, 250)"
+    _click(page, "theme")  # -> dark
+    assert page.find_element(By.ID, "theme").get_attribute("aria-label") == "Theme: dark"
+    page.refresh()
+    _wait(page, lambda d: d.execute_script("return document.documentElement.dataset.theme") == "dark")
+    _click(page, "theme")  # -> back to automatic
+    page.execute_script("localStorage.removeItem('mnn-engine-theme')")
 
 
-def test_layout_one_header_row_big_tap_targets_and_touch_keyboards(page, tmp_path):
-    live = Live(tmp_path, "tiny-scripted")
-    try:
-        _open(page, live)
-        _type(page, "Hi")
-        _last_done(page)
-        header = page.find_element(By.TAG_NAME, "header")
-        assert header.size["height"] <= 60  # one row, at both widths
-        small = page.execute_script("""return [...document.querySelectorAll('button, .button, select, input, textarea')]
-            .filter((e) => e.offsetParent !== null && !e.classList.contains('visually-hidden'))
-            .map((e) => [e.id || e.className || e.tagName, e.getBoundingClientRect()])
-            .filter(([, r]) => r.width < 44 || r.height < 44).map(([n, r]) => `${n} ${r.width}x${r.height}`)""")
-        small = [s for s in small if not s.startswith("think ")]  # the checkbox sits in a 44 px label
-        assert small == [], small
+def test_layout_one_header_row_big_tap_targets_and_touch_keyboards(page, tmp_path, serve):
+    live = serve("tiny-scripted")
+    _open(page, live)
+    _type(page, "Hi")
+    _last_done(page)
+    header = page.find_element(By.TAG_NAME, "header")
+    assert header.size["height"] <= 60  # one row, at both widths
+    small = page.execute_script("""return [...document.querySelectorAll('button, .button, select, input, textarea')]
+        .filter((e) => e.offsetParent !== null && !e.classList.contains('visually-hidden'))
+        .map((e) => [e.id || e.className || e.tagName, e.getBoundingClientRect()])
+        .filter(([, r]) => r.width < 44 || r.height < 44).map(([n, r]) => `${n} ${r.width}x${r.height}`)""")
+    small = [s for s in small if not s.startswith("think ")]  # the checkbox sits in a 44 px label
+    assert small == [], small
+    prompt = page.find_element(By.ID, "prompt")
+    placeholder_fits = page.execute_script("""const p = arguments[0], style = getComputedStyle(p);
+        const ctx = document.createElement('canvas').getContext('2d'); ctx.font = style.font;
+        return ctx.measureText(p.placeholder).width <= p.clientWidth - parseFloat(style.paddingLeft)
+               - parseFloat(style.paddingRight)""", prompt)
+    assert prompt.get_attribute("placeholder") and placeholder_fits  # not clipped or wrapped
+    _shot(page, tmp_path, "layout")
+    page.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 5})
+    page.refresh()
+    _wait(page, lambda d: d.find_element(By.ID, "status").text == "ready")
+    if page.execute_script("return matchMedia('(pointer: coarse)').matches"):
         prompt = page.find_element(By.ID, "prompt")
-        placeholder_fits = page.execute_script("""const p = arguments[0], style = getComputedStyle(p);
-            const ctx = document.createElement('canvas').getContext('2d'); ctx.font = style.font;
-            return ctx.measureText(p.placeholder).width <= p.clientWidth - parseFloat(style.paddingLeft)
-                   - parseFloat(style.paddingRight)""", prompt)
-        assert prompt.get_attribute("placeholder") and placeholder_fits  # not clipped or wrapped
-        _shot(page, tmp_path, "layout")
-        page.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 5})
-        page.refresh()
-        _wait(page, lambda d: d.find_element(By.ID, "status").text == "ready")
-        if page.execute_script("return matchMedia('(pointer: coarse)').matches"):
-            prompt = page.find_element(By.ID, "prompt")
-            prompt.send_keys("line one", Keys.ENTER, "line two")  # a virtual keyboard has no Shift+Enter
-            assert prompt.get_attribute("value") == "line one\nline two" and len(_messages(page)) == 2
-            # a tap (chromedriver's own clicks hang while touch is emulated)
-            page.execute_script("document.getElementById('send').click()")
-            _wait(page, lambda d: len(_answers(d)) == 2 and _last_done(d))
-            assert _sent(page)[-1]["messages"][-1]["content"] == "line one\nline two"
-    finally:
-        live.close()
+        prompt.send_keys("line one", Keys.ENTER, "line two")  # a virtual keyboard has no Shift+Enter
+        assert prompt.get_attribute("value") == "line one\nline two" and len(_messages(page)) == 2
+        # a tap (chromedriver's own clicks hang while touch is emulated)
+        page.execute_script("document.getElementById('send').click()")
+        _wait(page, lambda d: len(_answers(d)) == 2 and _last_done(d))
+        assert _sent(page)[-1]["messages"][-1]["content"] == "line one\nline two"
 
 
-def test_keyboard_reaches_everything_and_focus_is_visible(page, tmp_path):
-    live = Live(tmp_path, "tiny-scripted")
-    try:
-        _open(page, live)
-        reached = page.execute_script("""document.activeElement.blur(); return []""")
-        keys = ActionChains(page)  # the keyboard itself, not keys sent to an element
-        for _ in range(40):
-            keys.send_keys(Keys.TAB).perform()
-            reached.append(page.execute_script("const e = document.activeElement; return e.id || e.className"))
-        for wanted in ("toggle-list", "model-picker", "theme", "new-chat", "toggle-settings", "prompt", "send"):
-            assert wanted in reached, (wanted, reached)
-        outline = page.execute_script("""const b = document.getElementById('send');
-            b.focus({focusVisible: true}); return getComputedStyle(b).outlineStyle""")
-        assert outline != "none"
-        assert page.find_element(By.CSS_SELECTOR, "label[for=prompt]").get_attribute("textContent") == "Message"
-    finally:
-        live.close()
+def test_keyboard_reaches_everything_and_focus_is_visible(page, serve):
+    live = serve("tiny-scripted")
+    _open(page, live)
+    reached = page.execute_script("""document.activeElement.blur(); return []""")
+    keys = ActionChains(page)  # the keyboard itself, not keys sent to an element
+    for _ in range(40):
+        keys.send_keys(Keys.TAB).perform()
+        reached.append(page.execute_script("const e = document.activeElement; return e.id || e.className"))
+    for wanted in ("toggle-list", "model-picker", "theme", "new-chat", "toggle-settings", "prompt", "send"):
+        assert wanted in reached, (wanted, reached)
+    outline = page.execute_script("""const b = document.getElementById('send');
+        b.focus({focusVisible: true}); return getComputedStyle(b).outlineStyle""")
+    assert outline != "none"
+    assert page.find_element(By.CSS_SELECTOR, "label[for=prompt]").get_attribute("textContent") == "Message"
 
 
-def test_screen_readers_hear_the_answer_being_written_only_and_at_a_sane_rate(page, tmp_path):
-    live = Live(tmp_path, "tiny")
-    try:
-        _open(page, live)
-        live_regions = page.execute_script("""return [...document.querySelectorAll('[aria-live], [role=log]')]
-            .map((e) => e.id)""")
-        assert live_regions == ["key-note", "live"]  # the conversation itself is not live
-        _live_region_count(page)
-        _set(page, "max", "400")
-        started = time.monotonic()
-        _type(page, "Tell me a story.")
-        _last_done(page)
-        took = time.monotonic() - started
-        announced = page.execute_script("return window.announced")
-        assert announced and announced[-1].endswith("Answer complete.")
-        assert len(announced) <= took / 2.5 + 2, (len(announced), took)  # not every 50 ms redraw
-    finally:
-        live.close()
+def test_screen_readers_hear_the_answer_being_written_only_and_at_a_sane_rate(page, serve):
+    live = serve("tiny")
+    _open(page, live)
+    live_regions = page.execute_script("""return [...document.querySelectorAll('[aria-live], [role=log]')]
+        .map((e) => e.id)""")
+    assert live_regions == ["key-note", "live"]  # the conversation itself is not live
+    _live_region_count(page)
+    _set(page, "max", "400")
+    started = time.monotonic()
+    _type(page, "Tell me a story.")
+    _last_done(page)
+    took = time.monotonic() - started
+    announced = page.execute_script("return window.announced")
+    assert announced and announced[-1].endswith("Answer complete.")
+    assert len(announced) <= took / 2.5 + 2, (len(announced), took)  # not every 50 ms redraw
 
 
 # ---------------------------------------------------------------- other origins
@@ -808,16 +754,13 @@ def other_origin():
 
 
 @pytest.mark.parametrize("allowed", [False, True])
-def test_another_origin_is_blocked_unless_allowed(page, tmp_path, other_origin, allowed):
+def test_another_origin_is_blocked_unless_allowed(page, serve, other_origin, allowed):
     pages, origin = other_origin
-    live = Live(tmp_path, "tiny", cors_origins=[origin] if allowed else [])
-    try:
-        pages["page"] = OTHER_PAGE.replace("API", live.url)
-        page.get(origin + "/")
-        _wait(page, lambda d: d.find_element(By.ID, "out").text != "waiting")
-        text = page.find_element(By.ID, "out").text
-        assert text == ("answered chat.completion" if allowed else "blocked TypeError"), text
-        if not allowed:  # nothing ran: the preflight was refused
-            assert live.engine.last_result is None
-    finally:
-        live.close()
+    live = serve("tiny", cors_origins=[origin] if allowed else [])
+    pages["page"] = OTHER_PAGE.replace("API", live.url)
+    page.get(origin + "/")
+    _wait(page, lambda d: d.find_element(By.ID, "out").text != "waiting")
+    text = page.find_element(By.ID, "out").text
+    assert text == ("answered chat.completion" if allowed else "blocked TypeError"), text
+    if not allowed:  # nothing ran: the preflight was refused
+        assert live.engine.last_result is None
