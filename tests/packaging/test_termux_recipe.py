@@ -112,13 +112,15 @@ def test_service_script_builds_the_serve_command(tmp_path):
     env_file = env_file.replace("MNN_ENGINE_THREADS=\n", "MNN_ENGINE_THREADS=3\n")
     (prefix / "etc" / "mnn-engine" / "serve.env").write_text(env_file)
     script = tmp_path / "serve"
-    script.write_text((RECIPE / "serve.sh").read_text().replace("@TERMUX_PREFIX@", str(prefix)))
+    home = tmp_path / "home"  # the recipe writes $TERMUX_ANDROID_HOME in
+    script.write_text((RECIPE / "serve.sh").read_text().replace("@TERMUX_PREFIX@", str(prefix))
+                      .replace("@TERMUX_HOME@", str(home)))
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     out = subprocess.run([str(script)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"},
                          check=True).stdout.split("\n")
     assert out[:15] == ["-m", "mnn_engine", "serve", "qwen3-0-6b-mnn", "--host", "127.0.0.1", "--port", "8081",
                         "--backend", "cpu", "--precision", "low", "--threads", "3", "--no-mmap"]
-    assert f"KEY=abc HOME={prefix}/../home TMP={prefix}/tmp" in out
+    assert f"KEY=abc HOME={home} TMP={prefix}/tmp" in out
 
 
 def test_the_recipes_build_the_pinned_mnn_and_link_against_it():

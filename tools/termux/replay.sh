@@ -54,6 +54,7 @@ trap arm_root_unmount EXIT
 # --- the Termux build environment (termux_setup_toolchain, glibc flavour) ---
 export TERMUX_ARCH=aarch64 TERMUX_REAL_ARCH=aarch64 TERMUX_PACKAGE_LIBRARY=glibc
 export TERMUX_PREFIX=/data/data/com.termux/files/usr TERMUX_PKG_API_LEVEL=24
+export TERMUX_ANDROID_HOME=/data/data/com.termux/files/home  # scripts/properties.sh
 export TERMUX_ON_DEVICE_BUILD=false TERMUX_DEBUG_BUILD=false TERMUX_CMAKE_BUILD=Ninja
 export TERMUX_PYTHON_VERSION=3.11 TERMUX_HOST_PLATFORM=aarch64-linux-gnu
 export TERMUX_MAKE_PROCESSES=${TERMUX_MAKE_PROCESSES:-$(nproc)}

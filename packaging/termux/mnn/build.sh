@@ -7,6 +7,8 @@ TERMUX_PKG_SRCURL=git+https://github.com/alibaba/MNN
 TERMUX_PKG_GIT_BRANCH="${TERMUX_PKG_VERSION}"
 TERMUX_PKG_DEPENDS="libc++"
 TERMUX_PKG_AUTO_UPDATE=false
+# only aarch64 was ever built and tested (the replay, qemu); llama-cpp excludes the same
+TERMUX_PKG_EXCLUDED_ARCHES="arm, i686"
 # MNN downloads KleidiAI (Arm's micro-kernels, SME2 included) at configure
 # time and quietly builds without it when the download fails, so the recipe
 # fetches the release MNN 3.6.1 pins itself (the sha256 is that of GitHub's

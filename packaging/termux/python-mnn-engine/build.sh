@@ -9,7 +9,10 @@ TERMUX_PKG_GIT_BRANCH="v${TERMUX_PKG_VERSION}"
 # are the mnn-backend-opencl and mnn-backend-vulkan subpackages, which
 # mnn-engine finds and loads at run time when they are installed.
 TERMUX_PKG_DEPENDS="libc++, mnn, python, python-numpy, python-pip"
-TERMUX_PKG_RECOMMENDS="mnn-backend-opencl, mnn-backend-vulkan"
+# suggested, as llama-cpp suggests its backends: a GPU backend helps only with the right driver
+TERMUX_PKG_SUGGESTS="mnn-backend-opencl, mnn-backend-vulkan"
+# only aarch64 was ever built and tested (the replay, qemu); llama-cpp excludes the same
+TERMUX_PKG_EXCLUDED_ARCHES="arm, i686"
 TERMUX_PKG_PYTHON_COMMON_BUILD_DEPS="wheel, meson-python, build, cython"
 TERMUX_PKG_PYTHON_TARGET_DEPS="tornado, prometheus-client"
 TERMUX_PKG_CONFFILES="etc/mnn-engine/serve.env"
@@ -46,7 +49,8 @@ termux_step_make_install() {
 	rm -f "$TERMUX_PREFIX"/lib/python3*/site-packages/mnn_engine-"$TERMUX_PKG_VERSION".dist-info/direct_url.json
 	install -Dm600 "$TERMUX_PKG_BUILDER_DIR/serve.env" "$TERMUX_PREFIX/etc/mnn-engine/serve.env"
 	install -Dm700 "$TERMUX_PKG_BUILDER_DIR/serve.sh" "$TERMUX_PREFIX/libexec/mnn-engine/serve"
-	sed -i "s|@TERMUX_PREFIX@|$TERMUX_PREFIX|g" "$TERMUX_PREFIX/libexec/mnn-engine/serve"
+	sed -i -e "s|@TERMUX_PREFIX@|$TERMUX_PREFIX|g" -e "s|@TERMUX_HOME@|$TERMUX_ANDROID_HOME|g" \
+		"$TERMUX_PREFIX/libexec/mnn-engine/serve"
 }
 
 termux_step_post_massage() {

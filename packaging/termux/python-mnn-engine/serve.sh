@@ -2,7 +2,7 @@
 # Runs `python -m mnn_engine serve` for termux-services (sv up mnn-engine).
 # Settings: @TERMUX_PREFIX@/etc/mnn-engine/serve.env
 set -e
-: "${HOME:=@TERMUX_PREFIX@/../home}"
+: "${HOME:=@TERMUX_HOME@}"
 : "${TMPDIR:=@TERMUX_PREFIX@/tmp}"
 export HOME TMPDIR
 ENV_FILE=@TERMUX_PREFIX@/etc/mnn-engine/serve.env
