@@ -492,6 +492,43 @@ def test_thinking_is_offered_and_shown_only_for_models_that_think(page, tmp_path
     assert not page.find_element(By.ID, "attach-label").is_displayed()  # not a vision model: no image button
 
 
+def _png(path, width: int, height: int) -> None:
+    """A plain RGB PNG (zlib and struct: no imaging library needed)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    rows = b"".join(b"\x00" + bytes((x * 7 + y) % 256 for x in range(width * 3)) for y in range(height))
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def test_an_attached_image_is_shrunk_sent_as_a_data_url_and_a_text_model_says_no(page, tmp_path, serve):
+    """The image control shows for vision models only (a text model here: see the thinking test). Its
+    input still takes a file the way a picker gives one, so the path is real up to the server, whose
+    answer for a text-only model is shown on the turn. A vision model's answer waits for a vision test model."""
+    live = serve("tiny")
+    _open(page, live)
+    picture = tmp_path / "wide.png"
+    _png(picture, 2000, 500)
+    page.find_element(By.ID, "attach").send_keys(str(picture))
+    _wait(page, lambda d: d.find_elements(By.CSS_SELECTOR, "#attachments img"))
+    _type(page, "what is this?")
+    _wait(page, _errors)
+    assert "text-only" in _errors(page)[0] and _errors(page)[0].startswith("400:")
+    (content,) = [m["content"] for m in _sent(page)[-1]["messages"]]
+    assert content[0] == {"type": "text", "text": "what is this?"}
+    url = content[1]["image_url"]["url"]
+    assert content[1]["type"] == "image_url" and url.startswith("data:image/jpeg;base64,")
+    size = page.execute_script("""const img = new Image(); img.src = arguments[0]; await img.decode();
+        return [img.naturalWidth, img.naturalHeight]""", url)
+    assert size == [1024, 256]  # the long side brought to 1024 px, the shape kept
+    assert page.find_elements(By.CSS_SELECTOR, ".msg.user img")  # the question shows its image
+    assert not page.find_elements(By.CSS_SELECTOR, "#attachments img")  # sent: the tray is empty
+
+
 # ---------------------------------------------------------------- nothing is lost
 def test_stop_keeps_the_partial_answer_and_the_server_ready_before_send_comes_back(page, serve):
     live = serve("tiny")
