@@ -3,8 +3,8 @@ TERMUX_PKG_DESCRIPTION="Run MNN language models on the device and serve them as 
 TERMUX_PKG_LICENSE="Apache-2.0"
 TERMUX_PKG_MAINTAINER="@mnn-engine"
 TERMUX_PKG_VERSION="0.1.0"
-TERMUX_PKG_SRCURL=git+https://github.com/mnn-engine/mnn-engine
-TERMUX_PKG_GIT_BRANCH="v${TERMUX_PKG_VERSION}"
+TERMUX_PKG_SRCURL=https://github.com/mnn-engine/mnn-engine/releases/download/v${TERMUX_PKG_VERSION}/mnn_engine-${TERMUX_PKG_VERSION}.tar.gz
+TERMUX_PKG_SHA256=d4efc4218b2d99cb772bdad1b00f55e03c3beedd16d3411ce54a87c1cdebc345
 # The engine is the mnn package (MNN 3.6.1, its own recipe); its GPU backends
 # are the mnn-backend-opencl and mnn-backend-vulkan subpackages, which
 # mnn-engine finds and loads at run time when they are installed.
