@@ -21,28 +21,22 @@ POLICY = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inlin
           "frame-ancestors 'none'")
 
 
+#: the files shipped in static/, by their URL name: nothing else is served
+SHIPPED = frozenset(str(p.relative_to(STATIC)) for p in STATIC.rglob("*") if p.is_file())
+
+
 @functools.cache
-def _file(name: str) -> bytes | None:
-    path = (STATIC / name).resolve()
-    if STATIC.resolve() not in path.parents or not path.is_file():
-        return None
-    return path.read_bytes()
-
-
-def _shipped() -> frozenset[str]:
-    return frozenset(str(p.relative_to(STATIC)) for p in STATIC.rglob("*") if p.is_file())
-
-
-SHIPPED = _shipped()
+def _file(name: str) -> bytes:
+    return (STATIC / name).read_bytes()
 
 
 class PageHandler(JsonHandler):
     """``/``: the page; ``/static/NAME``: one of its files."""
 
     def get(self, name: str = "index.html") -> None:
-        body = _file(name) if name in SHIPPED else None
-        if body is None:
+        if name not in SHIPPED:
             raise MnnEngineError("not_found", f"no route GET {self.request.path}")
+        body = _file(name)
         self.set_header("Content-Type", TYPES.get(Path(name).suffix, "text/plain; charset=utf-8"))
         self.set_header("Cache-Control", "no-cache")  # revalidated (ETag): an upgrade shows at once
         self.set_header("X-Content-Type-Options", "nosniff")

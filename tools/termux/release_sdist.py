@@ -57,7 +57,8 @@ def check_offline_build(sdist: Path, prefix: Path) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(sdist) as tar:
             names = tar.getnames()
-        assert not any("/subprojects/MNN/" in n for n in names), "the sdist carries an MNN source tree"
+        if any("/subprojects/MNN/" in n for n in names):
+            raise SystemExit(f"{sdist.name} carries an MNN source tree")
         env = dict(os.environ, PIP_NO_INDEX="1")
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
                         "-w", tmp, *[f"-Csetup-args={a}" for a in _system_args(prefix)], str(sdist)],

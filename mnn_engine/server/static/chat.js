@@ -146,11 +146,11 @@ function splitToolText(text) {
   if (open >= 0 && rest.indexOf("</tool_call>", open) < 0) { partial = rest.slice(open + 11); rest = rest.slice(0, open); }
   return {text: rest.trim(), calls, partial};
 }
-function toolNode(call, writing) {
+function toolNode(call) {
   let args = call.function.arguments || "";
   try { args = JSON.stringify(JSON.parse(args), null, 2); } catch (e) { /* partial: as it is */ }
   return el("div", {class: "tool"}, el("div", {class: "name", text: `tool call: ${call.function.name || "…"}`}),
-            el("pre", {text: writing ? call : args}));
+            el("pre", {text: args}));
 }
 
 // ---------------------------------------------------------------- conversations in localStorage
@@ -344,7 +344,7 @@ function messageNode(m, index) {
   const split = splitToolText(m.content || "");
   renderMarkdown(split.text, body);
   node.append(body);
-  for (const call of [...(m.tool_calls || []), ...split.calls]) node.append(toolNode(call, false));
+  for (const call of [...(m.tool_calls || []), ...split.calls]) node.append(toolNode(call));
   if (split.partial !== null) node.append(el("div", {class: "tool"}, el("div", {class: "name", text: "tool call (being written)"}),
                                              el("pre", {text: split.partial})));
   if (m.note) node.append(el("div", {class: "note", text: m.note}));
