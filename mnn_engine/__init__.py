@@ -21,6 +21,7 @@ with captured_native_output():  # the engine prints CPU features when it loads
 
 from .engine.engine import Engine, LoadOptions, install_server_launcher
 from .engine.events import Event, LogEntry
+from .engine.pool import ModelPool
 from .runtime.build import backend_capabilities, build_info
 from .runtime.embedding import EmbeddingResult
 from .runtime.generation import GenerationResult, ScoreResult, TokenLogprob
@@ -31,16 +32,17 @@ from .store.models import ModelStore
 from .version import __version__
 
 
-def _start_server(engine: Engine, **options: object) -> str:
+def _start_server(owner: Engine | ModelPool, **options: object) -> str:
     from .server.runner import start_background_server  # tornado is imported when a server starts
 
-    return start_background_server(engine, **options)  # type: ignore[arg-type]
+    models = ModelPool.fixed(owner) if isinstance(owner, Engine) else owner  # an engine serves its one model
+    return start_background_server(models, owner=owner, **options)  # type: ignore[arg-type]
 
 
-def _stop_server(engine: Engine) -> None:
+def _stop_server(owner: Engine | ModelPool) -> None:
     from .server.runner import stop_background_server
 
-    stop_background_server(engine)
+    stop_background_server(owner)
 
 
 install_server_launcher((_start_server, _stop_server))
@@ -57,6 +59,7 @@ __all__ = [
     "LogEntry",
     "MnnEngineError",
     "ModelInfo",
+    "ModelPool",
     "ModelStore",
     "ScoreResult",
     "TokenLogprob",

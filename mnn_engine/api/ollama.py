@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import json
+import math
+import re
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -33,17 +35,46 @@ def tagged(name: str) -> str:
     return name if ":" in name else f"{name}:latest"
 
 
-def _normalized(name: str) -> str:
-    name = name.strip().lower().removesuffix(":latest")
-    return "".join("-" if c in ":._/" else c for c in name)
+#: Go's time.ParseDuration units, in seconds (Ollama's keep_alive strings are Go durations)
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_GO_DURATION = re.compile(r"([0-9]*\.?[0-9]*)(ns|us|µs|μs|ms|s|m|h)")
 
 
-def names_the_model(asked: str, *names: str | None) -> bool:
-    """Whether a request's ``model`` names the served model: its name or store
-    ID, with or without ``:latest``, also written Ollama's way (``qwen3:0.6b``
-    for the store's ``qwen3-0-6b``)."""
-    wanted = _normalized(asked)
-    return bool(wanted) and any(name and _normalized(name) == wanted for name in names)
+def go_duration_seconds(text: str) -> float:
+    """Go's ``time.ParseDuration`` ("5m", "1h30m", "-1m", "0", "1.5s"), in
+    seconds; ``ValueError`` for anything Go refuses (a bare "300" too)."""
+    body = text[1:] if text[:1] in "+-" else text
+    if body == "0":
+        return 0.0
+    total, at = 0.0, 0
+    while at < len(body):
+        match = _GO_DURATION.match(body, at)
+        if match is None or match.group(1) in ("", "."):
+            raise ValueError(f"time: invalid duration {text!r}")
+        total += float(match.group(1)) * _GO_UNITS[match.group(2)]
+        at = match.end()
+    if not body:
+        raise ValueError(f"time: invalid duration {text!r}")
+    return -total if text.startswith("-") else total
+
+
+def keep_alive_field(body: Mapping[str, Any]) -> Any:
+    """A request's ``keep_alive`` as api/types.go's ``Duration`` reads it: a
+    number of seconds or a Go duration string; negative: forever (None).
+    ``...`` when the request has none (the server's default applies)."""
+    if "keep_alive" not in body or body["keep_alive"] is None:
+        return ...
+    value = body["keep_alive"]
+    if isinstance(value, str):
+        try:
+            seconds = go_duration_seconds(value)
+        except ValueError as exc:
+            raise invalid("keep_alive", f"{exc} (a duration such as \"5m\", or seconds)") from exc
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise invalid("keep_alive", f"Unsupported type: '{type(value).__name__}'")
+    return None if seconds < 0 or math.isinf(seconds) else seconds
 
 
 def sampling_options(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,11 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .. import config
 from ..engine.engine import Engine
 from ..errors import MnnEngineError
 from ..runtime.generation import GenerationResult
 from ..store.models import ModelStore
-from .common import add_load_options, add_pull_options, add_sampling, load_overrides, pull_if_missing
+from .common import add_load_options, add_pull_options, add_sampling, add_url_option, load_overrides, pull_if_missing
+from .remote import RemoteEngine
 
 HELP = """commands:
   /help           this list
@@ -70,7 +72,7 @@ class ChatSession:
     """The conversation and its commands, apart from the terminal's input
     and output so that each command is one method."""
 
-    def __init__(self, engine: Engine, system: str | None, sampling: dict[str, Any]) -> None:
+    def __init__(self, engine: Engine | RemoteEngine, system: str | None, sampling: dict[str, Any]) -> None:
         self.engine = engine
         self.system = system or None
         self.sampling = sampling
@@ -144,15 +146,31 @@ class ChatSession:
         return "\n".join(notes)
 
 
-def _chat(args: argparse.Namespace) -> int:
+def _engine(args: argparse.Namespace) -> tuple[Any, str, str | None]:
+    """The model to talk to: a running server's (``--url``), else loaded
+    here; with what to print and the history's name."""
+    if args.url:
+        remote = RemoteEngine(args.url, args.model, api_key=config.api_key())
+        return remote, remote.describe(), args.model or "server"
+    if not args.model:
+        raise MnnEngineError("invalid_argument", "name a MODEL, or a running server with --url URL", param="model")
     pull_if_missing(args)
     engine = Engine()
     try:
         engine.load(args.model, **load_overrides(args))
-        save_history = _line_history(engine.store, engine.active_model_id)
+    except BaseException:
+        engine.close()
+        raise
+    return engine, loaded_line(engine), engine.active_model_id
+
+
+def _chat(args: argparse.Namespace) -> int:
+    engine, shown, history = _engine(args)
+    try:
+        save_history = _line_history(ModelStore(), history)
         session = ChatSession(engine, args.system, {"max_tokens": args.max_tokens, "temperature": args.temperature,
                                                     "enable_thinking": args.think})
-        print(loaded_line(engine), file=sys.stderr)
+        print(shown, file=sys.stderr)
         print("Type a message; /help lists the commands, Ctrl-C stops an answer, Ctrl-D quits.", file=sys.stderr)
 
         def write(piece: str) -> None:
@@ -191,7 +209,9 @@ def _chat(args: argparse.Namespace) -> int:
 def add_commands(commands: Any) -> None:
     """Register ``chat``."""
     p = commands.add_parser("chat", help="chat with a model in the terminal (/help lists its commands)")
-    p.add_argument("model", help="a store ID, a model directory or a catalog name (pulled if missing)")
+    p.add_argument("model", nargs="?", help="a store ID, a model directory or a catalog name (pulled if missing); "
+                   "with --url, the name the server serves (default: its default model)")
+    add_url_option(p)
     p.add_argument("--system", help="a system prompt")
     add_load_options(p)
     add_sampling(p, max_tokens=1024)

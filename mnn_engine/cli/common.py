@@ -148,6 +148,10 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
                         help=f"most draft tokens one verification checks, 1..{MAX_DRAFT_TOKENS} "
                              f"(default {DEFAULT_DRAFT_TOKENS})")
 
+def add_url_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", metavar="URL", help="use the model of the server running at URL (e.g. "
+                        "http://127.0.0.1:8081) instead of loading one here; its API key from MNN_ENGINE_API_KEY")
+
 def add_pull_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--yes", action="store_true", help="pull a catalog model that is not in the store "
                         "without asking")

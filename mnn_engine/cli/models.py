@@ -5,16 +5,20 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import asdict
 from typing import Any
 
+from ..engine.engine import LoadOptions, model_options
 from ..hub import catalog
 from ..runtime.build import build_info
 from ..store.layout import ModelInfo, model_id_from_name
 from ..store.models import ModelStore
 from .common import (
+    add_load_options,
     add_pull_options,
     command,
     human_size,
+    load_overrides,
     print_json,
     progress_bar,
     show_progress,
@@ -119,6 +123,30 @@ def _models_rm(args: argparse.Namespace) -> int:
     print(f"deleted {args.id}")
     return 0
 
+def _models_config(args: argparse.Namespace) -> int:
+    """Show or change the load options stored with a model (``models config ID --threads 4``)."""
+    store = ModelStore()
+    store.get(args.id)
+    options = {} if args.reset else store.model_options(args.id)
+    changes = load_overrides(args)
+    if changes or args.reset:
+        options.update(changes)
+        LoadOptions().updated(options)  # refused here, not at the next load
+        store.save_model_options(args.id, options)
+    shown = model_options(store, args.id)
+    if args.json:
+        print_json({"id": args.id, "options": options, "effective": asdict(shown)})
+        return 0
+    if not options:
+        print(f"{args.id}: no options of its own (set some with: models config {args.id} --threads N ...)")
+    else:
+        print(f"{args.id}: " + ", ".join(f"{k}={v}" for k, v in sorted(options.items())))
+    preset = store.preset(args.id)
+    if preset:
+        print("preset (bench --tune, under these): " + ", ".join(f"{k}={v}" for k, v in sorted(preset.items())))
+    print("loads with: " + ", ".join(f"{k}={v}" for k, v in asdict(shown).items()))
+    return 0
+
 def _cache_show(args: argparse.Namespace) -> int:
     sizes = ModelStore().cache_info(args.id)
     if args.json:
@@ -157,6 +185,11 @@ def add_commands(commands: Any) -> None:
     command(models, "info", _models_info, "show one model", "id", json_output=True)
     command(models, "rename", _models_rename, "change a model's ID", "old", "new")
     command(models, "rm", _models_rm, "delete a model", "id")
+    p = command(models, "config", _models_config, "show or set the load options stored with a model (a "
+                "server's on-demand load, chat, generate and serve use them; flags given there win)", "id",
+                json_output=True)
+    add_load_options(p)
+    p.add_argument("--reset", action="store_true", help="forget the model's own options (before the ones given)")
 
     cache = commands.add_parser("cache", help="mmap and GPU caches").add_subparsers(
         dest="cache_command", required=True, metavar="ACTION")

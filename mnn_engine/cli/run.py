@@ -9,16 +9,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..engine.engine import Engine, LoadOptions, preset_options
+from .. import config
+from ..engine.engine import Engine, LoadOptions, model_options
 from ..errors import MnnEngineError
 from ..store.models import ModelStore
 from .common import (
     add_load_options,
     add_pull_options,
     add_sampling,
+    add_url_option,
     load_overrides,
     pull_if_missing,
 )
+from .remote import RemoteEngine
 
 
 def _response_format(args: argparse.Namespace) -> dict[str, Any]:
@@ -39,9 +42,14 @@ def _generate(args: argparse.Namespace) -> int:
         sys.stdout.write(piece)
         sys.stdout.flush()
 
-    pull_if_missing(args)
-    with Engine() as engine:
-        engine.load(args.model, **load_overrides(args))
+    if args.url:
+        engine: Any = RemoteEngine(args.url, args.model, api_key=config.api_key())
+    else:
+        pull_if_missing(args)
+        engine = Engine()
+    with contextlib.closing(engine):
+        if not args.url:
+            engine.load(args.model, **load_overrides(args))
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C cancels the generation; print what came
             engine.generate(prompt, callback=write, max_tokens=args.max_tokens, temperature=args.temperature,
                             seed=args.seed, enable_thinking=args.think, **_response_format(args))
@@ -70,7 +78,7 @@ def _bench(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2) if args.json else bench.format_tune(result))
         return 0
     store = ModelStore()
-    options = preset_options(store, store.resolve(args.model)[0], **overrides)
+    options = model_options(store, store.resolve(args.model)[0], overrides=overrides)
     report = bench.bench(args.model, options, prompt_len=args.prompt_len, gen=args.gen, runs=args.runs,
                          store=store, progress=progress)
     print(json.dumps(report, indent=2) if args.json else bench.format_report(report))
@@ -92,7 +100,8 @@ def add_commands(commands: Any) -> None:
     p.set_defaults(func=_bench)
 
     p = commands.add_parser("generate", help="answer one prompt, streaming the reply")
-    p.add_argument("model", help="a store ID or a model directory")
+    p.add_argument("model", help="a store ID or a model directory; with --url, the name the server serves")
+    add_url_option(p)
     p.add_argument("prompt")
     p.add_argument("--raw", action="store_true", help="use the prompt as is, without the chat template")
     p.add_argument("--seed", type=int, default=None)

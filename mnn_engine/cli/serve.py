@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .. import config
+from ..api.ollama import go_duration_seconds
 from ..engine.engine import Engine
+from ..engine.pool import DEFAULT_KEEP_ALIVE_S, MOST_LOADED, SMALL_DEVICE_BYTES, ModelPool
+from ..engine.protocol import ServedModels
 from ..errors import MnnEngineError
 from ..server.settings import (
     DEFAULT_HOST,
@@ -46,6 +50,59 @@ def _api_key(args: argparse.Namespace) -> str | None:
         return key
     return config.api_key()
 
+def keep_alive(text: str) -> float | None:
+    """``--keep-alive``: seconds or a Go duration as Ollama takes them
+    ("5m", "1h"; negative: forever), in seconds (None: forever)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            seconds = go_duration_seconds(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 5m, 1h, 300, -1 for forever)") \
+                from None
+    return None if seconds < 0 else seconds
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "never unload"
+    if seconds == 0:
+        return "unload after each request"
+    return f"unload after {seconds / 60:g} min idle" if seconds >= 60 else f"unload after {seconds:g} s idle"
+
+
+def _models(args: argparse.Namespace) -> tuple[ServedModels, Callable[[], None], str]:
+    """What the server serves, how to let it go, and how to say it."""
+    if args.no_switch:
+        if args.max_loaded not in (None, 1):
+            raise MnnEngineError("invalid_argument", "--no-switch serves one model: --max-loaded 1 or none",
+                                 param="max_loaded")
+        engine = Engine()
+        model = args.model or engine.store.last_loaded()
+        if model is None:
+            raise MnnEngineError("model_not_found", "no MODEL given and no model loaded before: "
+                                 "python -m mnn_engine serve MODEL --no-switch (a store ID or a model directory)")
+        engine.load(model, **load_overrides(args))
+        return ModelPool.fixed(engine), engine.close, \
+            f"{engine.active_model_id or model} for every request (--no-switch)"
+    pool = ModelPool(defaults=load_overrides(args), max_loaded=args.max_loaded, keep_alive=args.keep_alive)
+    try:
+        count = len(pool.store.list())
+        print(f"mnn-engine: up to {pool.max_loaded} model{'s' if pool.max_loaded > 1 else ''} loaded at once "
+              f"({pool.plan.reason}); {_duration(pool.keep_alive)}", file=sys.stderr, flush=True)
+        if args.model:
+            pool.preload(args.model)
+        what = f"the store ({count} model{'' if count == 1 else 's'}" + \
+            (f", {pool.default_name} loaded and the default)" if pool.default_name else ")")
+        if not count and not args.model:
+            what += "; it is empty: POST /api/pull or python -m mnn_engine models pull NAME"
+    except BaseException:
+        pool.close()
+        raise
+    return pool, pool.close, what
+
+
 def _serve(args: argparse.Namespace) -> int:
     from ..server.runner import bind, serve_forever
 
@@ -55,11 +112,6 @@ def _serve(args: argparse.Namespace) -> int:
     host = "0.0.0.0" if args.all_interfaces else args.host
     key = _api_key(args)
     pull_if_missing(args)
-    engine = Engine()
-    model = args.model or engine.store.last_loaded()
-    if model is None:
-        raise MnnEngineError("model_not_found", "no MODEL given and no model loaded before: "
-                             "python -m mnn_engine serve MODEL (a store ID or a model directory)")
     settings = ServerSettings(host=host, port=args.port, api_key=key, max_body_bytes=int(args.max_body_mb * 2**20),
                               allow_file_urls=args.allow_file_urls, cors_origins=tuple(args.cors_origin),
                               access_log=args.access_log, queue=args.queue, queue_timeout=args.queue_timeout,
@@ -67,26 +119,37 @@ def _serve(args: argparse.Namespace) -> int:
     if not settings.loopback_only and not key:
         print(f"warning: serving on {host} without an API key: anyone on your network can use the model "
               "(set --api-key, --api-key-file or MNN_ENGINE_API_KEY)", file=sys.stderr)
-    # the address first: a port in use is reported before the model loads
+    # the address first: a port in use is reported before a model loads
     sockets = bind(settings.host, settings.port)
     try:
-        engine.load(model, **load_overrides(args))
+        models, close, what = _models(args)
+        try:
+            def ready(url: str) -> None:
+                print(f"mnn-engine: serving {what} at {url} (Ctrl-C stops)", file=sys.stderr, flush=True)
 
-        def ready(url: str) -> None:
-            print(f"mnn-engine: serving {engine.active_model_id or model} at {url} (Ctrl-C stops)",
-                  file=sys.stderr, flush=True)
-
-        serve_forever(engine, settings, on_ready=ready, sockets=sockets)
+            serve_forever(models, settings, on_ready=ready, sockets=sockets)
+        finally:
+            close()
     finally:
         for sock in sockets:
             sock.close()
-        engine.close()
     return 0
 
 def add_commands(commands: Any) -> None:
     """Register this module's commands."""
-    p = commands.add_parser("serve", help="serve a model as an OpenAI-compatible HTTP API")
-    p.add_argument("model", nargs="?", help="a store ID or a model directory (default: the last one loaded)")
+    p = commands.add_parser("serve", help="serve the store's models as OpenAI- and Ollama-compatible HTTP APIs")
+    p.add_argument("model", nargs="?", help="a store ID or a model directory to load now, the default for requests "
+                   "that name no model (without it: requests name the model they want, loaded on first use)")
+    p.add_argument("--max-loaded", type=int, default=None, metavar="N",
+                   help="models loaded at once; loading one more unloads the least recently used idle one "
+                        f"(default: 1 under {SMALL_DEVICE_BYTES // 2**30} GiB of RAM, else as many of the largest "
+                        f"model as half the RAM holds, at most {MOST_LOADED})")
+    p.add_argument("--keep-alive", type=keep_alive, default=DEFAULT_KEEP_ALIVE_S, metavar="DURATION",
+                   help="how long an idle model stays loaded (e.g. 5m, 1h, 0, -1 for forever; default 5m, as "
+                        "Ollama's); a request's keep_alive wins")
+    p.add_argument("--no-switch", action="store_true",
+                   help="serve MODEL (default: the last one loaded) for every request, whatever model it names, "
+                        "never loading another (one model for the server's life)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
     where.add_argument("--all-interfaces", action="store_true", help="listen on 0.0.0.0 (use an API key)")

@@ -132,25 +132,62 @@ class LoadOptions:
             config["memory"] = self.memory
         return config
 
-
-def _options_from(options: LoadOptions | None, overrides: dict[str, Any]) -> LoadOptions:
-    try:
-        return replace(options or LoadOptions(), **overrides).validate()
-    except TypeError as exc:
-        raise invalid("options", str(exc)) from exc
-
-
-def preset_options(store: ModelStore, model_id: str | None, **overrides: Any) -> LoadOptions:
-    """``model_id``'s tuned preset (defaults when it has none or it is unusable)
-    with ``overrides`` applied."""
-    preset = store.preset(model_id) if model_id is not None else None
-    base = LoadOptions()
-    if preset:
+    def updated(self, overrides: Mapping[str, Any]) -> LoadOptions:
+        """These options with ``overrides`` (field names) over them, checked:
+        ``invalid_argument`` for an unknown name or a bad value."""
         try:
-            base = _options_from(None, preset)
-        except MnnEngineError:
-            log.warning("ignoring the unusable preset of %s", model_id)
-    return _options_from(base, overrides)
+            return replace(self, **dict(overrides)).validate()
+        except TypeError as exc:
+            raise invalid("options", str(exc)) from exc
+
+
+def _options_from(options: LoadOptions | None, overrides: Mapping[str, Any]) -> LoadOptions:
+    return (options or LoadOptions()).updated(overrides)
+
+
+def model_options(store: ModelStore, model_id: str | None, *, defaults: Mapping[str, Any] | None = None,
+                  overrides: Mapping[str, Any] | None = None) -> LoadOptions:
+    """How ``model_id`` loads, in layers, each over the one before: the
+    defaults of ``LoadOptions``, ``defaults`` (``serve``'s flags, for the
+    models it loads on demand), the model's tuned preset (``bench --tune``),
+    its own options (``models config``), then ``overrides`` (what the caller
+    asked for this load). A stored layer that is no longer usable (a backend
+    this build lacks, a value out of range) is skipped with a warning."""
+    options = _options_from(None, dict(defaults or {}))
+    if model_id is not None:
+        for name, layer in (("preset", store.preset(model_id)), ("options", store.model_options(model_id))):
+            if not layer:
+                continue
+            try:
+                options = _options_from(options, dict(layer))
+            except MnnEngineError as exc:
+                log.warning("ignoring the unusable %s of %s: %s", name, model_id, exc.message)
+    return _options_from(options, dict(overrides or {}))
+
+
+def pull_with_events(store: ModelStore, events: EventStream, spec: str, *,
+                     progress: Callable[[int, int, str], None] | None = None, **options: Any) -> ModelInfo:
+    """``store.pull`` (see ``ModelStore.pull``) with events: ``pull``
+    ``running``, ``progress`` (at most twice a second, with ``done`` and
+    ``total`` bytes), then ``done`` or ``failed`` (with the error code)."""
+    last = [0.0]
+
+    def report(done: int, total: int, name: str) -> None:
+        now = time.monotonic()
+        if done >= total or now - last[0] >= 0.5:
+            last[0] = now
+            events.emit("pull", "progress", spec=spec, done=done, total=total)
+        if progress is not None:
+            progress(done, total, name)
+
+    events.emit("pull", "running", spec=spec)
+    try:
+        info = store.pull(spec, progress=report, **options)
+    except MnnEngineError as exc:
+        events.emit("pull", "failed", spec=spec, error=exc.code)
+        raise
+    events.emit("pull", "done", spec=spec, model_id=info.id)
+    return info
 
 
 class Engine:
@@ -160,10 +197,12 @@ class Engine:
     ``snapshot()``, ``events`` (subscribe or ``async for``) and ``logs``.
     """
 
-    def __init__(self, store: ModelStore | None = None, *, log_capacity: int = 1000) -> None:
+    def __init__(self, store: ModelStore | None = None, *, log_capacity: int = 1000,
+                 events: EventStream | None = None) -> None:
         self.store = store if store is not None else ModelStore()
         self.store.in_use = self._is_active
-        self.events = EventStream()
+        #: shared with other engines when a ``ModelPool`` owns this one (its events name their model)
+        self.events = events if events is not None else EventStream()
         self.logs = LogBuffer(log_capacity)
         # _lock orders lifecycle operations (load, unload, server) and may be
         # held while a generation winds down; _state_lock guards the fields and
@@ -189,6 +228,11 @@ class Engine:
     # ---------------------------------------------------------------- state
     def _is_active(self, model_id: str) -> bool:
         return self._llm is not None and self._model_id == model_id
+
+    @property
+    def loaded(self) -> bool:
+        """Whether a model is loaded."""
+        return self._llm is not None
 
     @property
     def llm(self) -> Llm:
@@ -264,7 +308,7 @@ class Engine:
         if options is not None:
             opts = _options_from(options, option_kwargs)
         else:
-            opts = preset_options(self.store, model_id, **option_kwargs)
+            opts = model_options(self.store, model_id, overrides=option_kwargs)
         require_backend(opts.backend)
         with self._lock:
             if self._server_state != "stopped" and self._llm is not None:
@@ -295,37 +339,22 @@ class Engine:
 
     def pull(self, spec: str, *, progress: Callable[[int, int, str], None] | None = None,
              **options: Any) -> ModelInfo:
-        """``store.pull`` (see ``ModelStore.pull``) with engine events: ``pull``
-        ``running``, ``progress`` (at most twice a second, with ``done`` and
-        ``total`` bytes), then ``done`` or ``failed`` (with the error code)."""
-        last = [0.0]
-
-        def report(done: int, total: int, name: str) -> None:
-            now = time.monotonic()
-            if done >= total or now - last[0] >= 0.5:
-                last[0] = now
-                self.events.emit("pull", "progress", spec=spec, done=done, total=total)
-            if progress is not None:
-                progress(done, total, name)
-
-        self.events.emit("pull", "running", spec=spec)
+        """``store.pull`` with engine events (see ``pull_with_events``)."""
         try:
-            info = self.store.pull(spec, progress=report, **options)
+            return pull_with_events(self.store, self.events, spec, progress=progress, **options)
         except MnnEngineError as exc:
             self._record_error(exc)
-            self.events.emit("pull", "failed", spec=spec, error=exc.code)
             raise
-        self.events.emit("pull", "done", spec=spec, model_id=info.id)
-        return info
 
-    def unload(self) -> None:
-        """Unload the active model (``server_running`` while the server runs)."""
+    def unload(self, reason: str = "unloaded") -> None:
+        """Unload the active model (``server_running`` while the server runs);
+        ``reason`` goes into the ``model`` events (a pool says ``expired``, ``evicted``...)."""
         with self._lock:
             if self._server_state != "stopped":
                 raise MnnEngineError("server_running", "stop the server before unloading the model")
             if self._llm is None:
                 return
-            self._unload_locked("unloaded")
+            self._unload_locked(reason)
 
     def _unload_locked(self, reason: str, **data: Any) -> None:
         llm = self._llm
@@ -542,11 +571,11 @@ class Engine:
 
     def start_server(self, **kwargs: Any) -> str:
         """Serve the active model over HTTP on a background thread; returns its URL."""
-        return _server_launcher()[0](self, **kwargs)
+        return server_launcher()[0](self, **kwargs)
 
     def stop_server(self) -> None:
         """Stop the server (cancelling the active generation)."""
-        _server_launcher()[1](self)
+        server_launcher()[1](self)
 
     def require_model_for_server(self) -> None:
         with self._lock:
@@ -567,7 +596,7 @@ def install_server_launcher(launcher: ServerLauncher) -> None:
     _launcher = launcher
 
 
-def _server_launcher() -> ServerLauncher:
+def server_launcher() -> ServerLauncher:
     if _launcher is None:
         raise MnnEngineError("server_not_running", "no HTTP server is installed (import mnn_engine)")
     return _launcher

@@ -48,12 +48,61 @@ class ServedEngine(Protocol):
     def pull(self, spec: str, *, progress: Callable[[int, int, str], None] | None = None,
              **options: Any) -> ModelInfo: ...
 
-    def unload(self) -> None: ...
+    def unload(self, reason: str = "unloaded") -> None: ...
 
     def require_model_for_server(self) -> None: ...
 
     def set_server_state(self, state: str, address: str | None = None) -> None: ...
 
 
-#: starts a background server for an engine (returns its URL), and stops it
+class ModelLease(Protocol):
+    """One request's hold on a loaded model (``pool.Lease``)."""
+
+    name: str
+    engine: ServedEngine
+
+    def release(self, keep_alive: Any = ...) -> None: ...
+
+
+class ServedModels(Protocol):
+    """The models a server serves, by name (``mnn_engine.engine.pool.ModelPool``):
+    the server resolves a request's ``model`` here and leases its engine."""
+
+    events: EventStream
+    store: ModelStore
+    #: False: one model answers every request (``--no-switch``, ``Engine.start_server``)
+    switching: bool
+    default_name: str | None
+    max_loaded: int
+
+    @property
+    def generating(self) -> bool: ...
+
+    @property
+    def generation_cancelled(self) -> bool: ...
+
+    def resolve(self, asked: Any, *, strict: bool = True) -> str: ...
+
+    def try_acquire(self, name: str) -> ModelLease | None: ...
+
+    def acquire(self, name: str, timeout: float = 60.0) -> ModelLease: ...
+
+    def unload(self, name: str) -> None: ...
+
+    def facts(self, name: str) -> Any: ...
+
+    def models(self) -> list[dict[str, Any]]: ...
+
+    def loaded_engines(self) -> list[tuple[str, ServedEngine]]: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    def require_ready_for_server(self) -> None: ...
+
+    def set_server_state(self, state: str, address: str | None = None) -> None: ...
+
+    def pull(self, spec: str, **options: Any) -> ModelInfo: ...
+
+
+#: starts a background server for an engine or a pool (returns its URL), and stops it
 ServerLauncher = tuple[Callable[..., str], Callable[[Any], None]]

@@ -54,7 +54,7 @@ _SAMPLER_DEFAULT_KEYS = (
     "temperature", "top_k", "top_p", "min_p",
     "repetition_penalty", "presence_penalty", "frequency_penalty",
 )
-_DEFAULT_CONTEXT = 2048
+DEFAULT_CONTEXT = 2048
 #: The longest draft one speculative verification checks, by default
 DEFAULT_DRAFT_TOKENS = 7
 # what verification costs are measured over (a short, ordinary prompt)
@@ -174,7 +174,7 @@ class Llm:
         self._users = 0
         self._users_cond = threading.Condition()
         self._vocab_size = 0
-        self._context_limit = _DEFAULT_CONTEXT
+        self._context_limit = DEFAULT_CONTEXT
         self._sampling_defaults: dict[str, Any] = {}
         self._template_context: dict[str, Any] = {}
         self._chat_template: str | None = None
@@ -233,8 +233,8 @@ class Llm:
                 self._vocab_size = core.vocab_size()  # one short forward: the warm-up
             self.load_seconds = loaded - started
             self.warmup_seconds = time.perf_counter() - loaded
-            context = config.get("max_all_tokens", _DEFAULT_CONTEXT)
-            self._context_limit = context if isinstance(context, int) and context > 1 else _DEFAULT_CONTEXT
+            context = config.get("max_all_tokens", DEFAULT_CONTEXT)
+            self._context_limit = context if isinstance(context, int) and context > 1 else DEFAULT_CONTEXT
             self._sampling_defaults = _sampler_defaults(config)
             self._restore_markup_tokens(core)
             self._max_token_bytes = max(1, core.max_token_bytes(self._vocab_size))

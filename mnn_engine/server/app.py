@@ -1,8 +1,11 @@
 """The Tornado application: routes, authentication, errors, SSE streaming.
 
-Everything here runs on one IOLoop. Generations run on the engine's
-generation thread; their pieces come back through ``mnn_engine.runtime.streaming``
-(``call_soon_threadsafe``), so the loop never waits on the engine and /health, 429 and 503 answer at once.
+Everything here runs on one IOLoop. A request names its model
+(``ServedModels.resolve``) and leases it for its turn, loaded on demand on the
+load thread; generations run on that engine's generation thread and their
+pieces come back through ``mnn_engine.runtime.streaming``
+(``call_soon_threadsafe``), so the loop never waits on an engine and /health,
+429 and 503 answer at once.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import secrets
 import threading
 import time
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +49,7 @@ from .session import GenerationSession
 from .settings import ServerSettings
 
 if TYPE_CHECKING:
-    from ..engine.protocol import ServedEngine
+    from ..engine.protocol import ModelLease, ServedEngine, ServedModels
 
 log = logging.getLogger("mnn_engine.server")
 
@@ -62,13 +65,16 @@ FORM_PAIRS = re.compile(r"\A[\w.%+~-]+=[^&]*(&[\w.%+~-]+=[^&]*)*\Z")
 PULL_WORKERS = 2
 #: threads for the tokenizer routes
 TEXT_WORKERS = 2
+#: how long a request that names a model waits for its load when the server has no queue
+LOAD_TIMEOUT_S = 60.0
 
 
 @dataclass
 class ServerContext:
     """What the handlers share."""
 
-    engine: ServedEngine
+    #: the models served, by name (``engine.pool.ModelPool``)
+    models: ServedModels
     settings: ServerSettings = field(default_factory=ServerSettings)
     stopping: bool = False
     fingerprint: str = field(default_factory=lambda: f"mnn-engine-{__version__}")
@@ -86,8 +92,10 @@ class ServerContext:
     pull_stops: set[threading.Event] = field(default_factory=set)
     #: /events' fan-out (server.events.EventFanout), set when the server starts
     events: Any = None
-    #: the tokenizer routes' work (tokenize, detokenize, templates), off the IOLoop
+    #: the tokenizer routes' work (tokenize, detokenize, templates), and reading models' files, off the IOLoop
     text_work: DaemonPool = field(default_factory=lambda: DaemonPool("mnn-engine-text", TEXT_WORKERS))
+    #: model loads (one at a time: ``ModelPool.acquire``), off the IOLoop
+    loads: DaemonPool = field(default_factory=lambda: DaemonPool("mnn-engine-load", 1))
 
 
 def error_body(code: str, message: str, param: str | None = None) -> dict[str, Any]:
@@ -209,12 +217,12 @@ class NotFoundHandler(JsonHandler):
         raise MnnEngineError("not_found", f"no route {self.request.method} {self.request.path}")
 
 
-def model_capabilities(engine: ServedEngine) -> list[str]:
-    """What the loaded model can do, as Ollama names it: completion, tools,
-    thinking (its chat template knows <think>), vision; or embedding."""
-    if engine.llm.kind == "embedding":
+def model_capabilities(kind: str, config: Mapping[str, Any]) -> list[str]:
+    """What a model can do, as Ollama names it: completion, tools, thinking
+    (its chat template knows <think>), vision; or embedding. ``config``: its
+    merged config (``Llm.file_config``, ``ModelFacts.config``)."""
+    if kind == "embedding":
         return ["embedding"]
-    config = engine.llm.file_config
     template = jsonutil.dumps(config.get("jinja", {})).decode() + str(config.get("chat_template", ""))
     capabilities = ["completion", "tools"]
     if "<think>" in template or "enable_thinking" in template:
@@ -233,28 +241,34 @@ def log_request(handler: tornado.web.RequestHandler) -> None:
                1000.0 * request.request_time(), getattr(handler, "request_id", "") or "-")
 
 
-def active_model_name(engine: ServedEngine) -> str | None:
-    """The name clients see: the store ID, else the model directory's name."""
-    snap = engine.snapshot()["model"]
-    if snap["state"] != "loaded":
-        return None
-    return snap["id"] or (snap["path"] or "model").rstrip("/").rsplit("/", 1)[-1]
-
-
 class HealthHandler(JsonHandler):
-    """Engine, model, server and generation state (public: no secrets)."""
+    """Engine, model, server and generation state (public: no secrets). In a
+    server of the store, ``model`` is the one in front (the default when
+    loaded, else the one used last), ``loaded`` every loaded one, and
+    ``loading`` the load in progress (MNN reports no progress while it loads)."""
 
     def get(self) -> None:
-        snap = self.ctx.engine.snapshot()
+        models = self.ctx.models
+        snap = models.snapshot()
         model = {k: snap["model"].get(k) for k in ("state", "id", "options", "context_limit", "kind", "speculative")}
-        model["name"] = active_model_name(self.ctx.engine)
-        model["capabilities"] = model_capabilities(self.ctx.engine) if model["name"] else []
-        status = "stopping" if self.ctx.stopping else ("ok" if model["state"] == "loaded" else "no_model")
+        model["name"] = served_name(snap["model"]) if snap["model"]["state"] == "loaded" else None
+        model["capabilities"] = []
+        engine = dict(models.loaded_engines()).get(model["name"] or "")
+        with contextlib.suppress(MnnEngineError):  # unloaded meanwhile: none
+            if engine is not None:
+                model["capabilities"] = model_capabilities(engine.llm.kind, engine.llm.file_config)
+        if models.switching:
+            status = "stopping" if self.ctx.stopping else "ok"
+        else:
+            status = "stopping" if self.ctx.stopping else ("ok" if model["state"] == "loaded" else "no_model")
         self.send_json({
             "status": status,
             "version": __version__,
             "engine": snap["engine"],
             "model": model,
+            "models": {"switching": models.switching, "max_loaded": models.max_loaded,
+                       "default": models.default_name, "loaded": snap.get("loaded", []),
+                       "loading": snap.get("loading")},
             "server": {"state": snap["server"]["state"], "uptime_s": round(time.time() - self.ctx.started, 1),
                        "auth": bool(self.ctx.settings.api_key)},
             "generation": snap["generation"],
@@ -265,24 +279,41 @@ class HealthHandler(JsonHandler):
         })
 
 
+def served_name(model: Mapping[str, Any]) -> str | None:
+    """The name clients see for a snapshot's model: the store ID, else the model directory's name."""
+    return model.get("id") or (model.get("path") or "model").rstrip("/").rsplit("/", 1)[-1]
+
+
 class OpenApiHandler(JsonHandler):
     def get(self) -> None:
         self.send_json(openapi_spec())
 
 
-class ModelsHandler(JsonHandler):
-    """``GET /v1/models`` (the list) and ``GET /v1/models/{id}`` (the SDK's ``models.retrieve``)."""
+def openai_model(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A served model as OpenAI's ``Model`` object, with what it is beside it."""
+    data = {"id": entry["name"], "object": "model", "created": int(entry["created"]), "owned_by": "mnn-engine",
+            "kind": entry["kind"], "loaded": entry["loaded"]}
+    if entry["context_length"] is not None:
+        data["context_length"] = entry["context_length"]
+    return data
 
-    def get(self, model: str | None = None) -> None:
-        model_id = active_model_name(self.ctx.engine)
-        data = [] if model_id is None else [
-            {"id": model_id, "object": "model", "created": int(self.ctx.started), "owned_by": "mnn-engine",
-             "context_length": self.ctx.engine.llm.context_limit}]
+
+class ModelsHandler(JsonHandler):
+    """``GET /v1/models`` (the list: every model served, loaded or not) and
+    ``GET /v1/models/{id}`` (the SDK's ``models.retrieve``)."""
+
+    async def get(self, model: str | None = None) -> None:
+        entries = await asyncio.wrap_future(self.ctx.text_work.submit(self.ctx.models.models))
+        data = [openai_model(entry) for entry in entries]
         if model is None:
             self.send_json({"object": "list", "data": data})
             return
         name = urllib.parse.unquote(model)
         found = [m for m in data if m["id"] == name]
+        if not found:
+            with contextlib.suppress(MnnEngineError):
+                resolved = self.ctx.models.resolve(name)
+                found = [m for m in data if m["id"] == resolved]
         if not found:
             raise MnnEngineError("model_not_found", f"The model '{name}' does not exist", param="model")
         self.send_json(found[0])
@@ -301,6 +332,13 @@ class BodyHandler(JsonHandler):
     #: the client went away
     closed = False
     _too_large = False
+    #: the served name of the model the request named (``choose_model``)
+    model_name: str | None = None
+    #: that model's engine, leased for the request's turn (``lease_model``)
+    engine: ServedEngine | None = None
+    _lease: ModelLease | None = None
+    #: how long the model stays loaded after this request (Ollama's keep_alive; ...: the server's default)
+    keep_alive: Any = ...
 
     def prepare(self) -> None:
         self._body = bytearray()
@@ -350,14 +388,51 @@ class BodyHandler(JsonHandler):
                                  param="body")
         return body
 
-    def require_model(self) -> str:
-        """The loaded model's name, for a route that generates; refusals first."""
+    def choose_model(self, body: Any, *, strict: bool = False) -> str:
+        """The served name of the model ``body``'s ``model`` names (see
+        ``ServedModels.resolve``; ``strict``: Ollama's routes, where a name
+        must name it even with one model); refusals first."""
         if self.ctx.stopping:
             raise MnnEngineError("server_stopping", "the server is stopping; no new requests")
-        model = active_model_name(self.ctx.engine)
-        if model is None:
-            raise MnnEngineError("model_not_loaded", "no model is loaded")
-        return model
+        asked = body.get("model") if isinstance(body, Mapping) else None
+        self.model_name = self.ctx.models.resolve(asked, strict=strict)
+        return self.model_name
+
+    async def model_facts(self) -> Any:
+        """What the chosen model is (``ModelFacts``), read off the IOLoop (once per model)."""
+        return await asyncio.wrap_future(self.ctx.text_work.submit(self.ctx.models.facts, self.model_name))
+
+    async def lease_model(self) -> ServedEngine:
+        """Lease the chosen model until the request ends: at once when it is
+        loaded, else after its load on the load thread (its failure is this
+        request's error)."""
+        assert self.model_name is not None
+        lease = self.ctx.models.try_acquire(self.model_name)
+        if lease is None:
+            timeout = self.ctx.queue.timeout if self.ctx.queue is not None else LOAD_TIMEOUT_S
+            future = self.ctx.loads.submit(self.ctx.models.acquire, self.model_name, timeout)
+            try:
+                lease = await asyncio.wrap_future(future)
+            except asyncio.CancelledError:  # the server stopped meanwhile: the lease, when it comes, goes back
+                future.add_done_callback(lambda f: f.exception() is None and f.result().release())
+                raise
+        self._lease, self.engine = lease, lease.engine
+        if self.closed:
+            raise MnnEngineError("generation_cancelled", "the client left while its model loaded")
+        return lease.engine
+
+    def release_model(self) -> None:
+        """The request is done with its model (idempotent): it expires after the keep-alive."""
+        if self._lease is not None:
+            self._lease.release(self.keep_alive)
+
+    @contextlib.asynccontextmanager
+    async def leased(self) -> AsyncIterator[ServedEngine]:
+        """The chosen model's engine for a route that does not generate (tokenize, show)."""
+        try:
+            yield await self.lease_model()
+        finally:
+            self.release_model()
 
     async def first_piece(self, pieces: Any) -> str | None:
         """The generation's first piece of text (None when it made none). The
@@ -392,26 +467,30 @@ class BodyHandler(JsonHandler):
             self.finish()
 
     @contextlib.asynccontextmanager
-    async def generation_turn(self) -> AsyncIterator[None]:
+    async def generation_turn(self) -> AsyncIterator[ServedEngine]:
         """Around a route's generation: it counts as active (the server cancels
-        it when stopping), waits its turn in the queue (``serve --queue``), and
-        a generation still running when the route ends is cancelled."""
+        it when stopping), waits its turn in the queue (``serve --queue``),
+        leases its model (loading it if need be), and a generation still
+        running when the route ends is cancelled. Yields the model's engine."""
         self.ctx.active.add(self)
         try:
             if self.ctx.queue is not None:
                 await self.ctx.queue.turn(self)
-            yield
+            yield await self.lease_model()
         finally:
             self.ctx.active.discard(self)
-            if self.generation is not None and not self.generation.done():
-                self.ctx.engine.cancel_generation()
+            if self.generation is not None and not self.generation.done() and self.engine is not None:
+                self.engine.cancel_generation()
+            # the lease lasts until the answer is written (on_finish): its last frames still use the model
 
-    async def embed(self, inputs: Any, *, normalize: bool = True, truncate: bool = False) -> EmbeddingResult:
+    async def embed(self, inputs: Any, *, normalize: bool = True, truncate: bool = False,
+                    check: Any = None) -> EmbeddingResult:
         """Embed on the engine's thread (see ``Engine.submit_embed``) in the
-        route's generation turn."""
-        self.require_model()
-        async with self.generation_turn():
-            self.generation = self.ctx.engine.submit_embed(inputs, normalize=normalize, truncate=truncate)
+        route's generation turn; ``check(llm)`` runs first, once the model is there."""
+        async with self.generation_turn() as engine:
+            if check is not None:
+                check(engine.llm)
+            self.generation = engine.submit_embed(inputs, normalize=normalize, truncate=truncate)
             try:
                 return await asyncio.wrap_future(self.generation)
             except MnnEngineError as exc:
@@ -421,24 +500,26 @@ class BodyHandler(JsonHandler):
 
     def on_finish(self) -> None:
         super().on_finish()
+        self.release_model()
         if self.ctx.queue is not None:
             self.ctx.queue.release(self)
 
     def _client_gone(self) -> None:
         if self.ctx.queue is not None:
             self.ctx.queue.release(self)
+        self.release_model()
         self.closed = True
-        if self.generation is not None and not self.generation.done():
+        if self.generation is not None and not self.generation.done() and self.engine is not None:
             log.info("client went away; cancelling its generation")
-            self.ctx.engine.cancel_generation()
+            self.engine.cancel_generation()
 
     def on_connection_close(self) -> None:
         self._client_gone()
 
     def cancel(self) -> None:
         """Called when the server stops."""
-        if self.generation is not None and not self.generation.done():
-            self.ctx.engine.cancel_generation()
+        if self.generation is not None and not self.generation.done() and self.engine is not None:
+            self.engine.cancel_generation()
 
     def check_not_cancelled(self, result: GenerationResult) -> None:
         """A cancelled generation is never reported as a normal stop."""
@@ -453,11 +534,11 @@ class ChatCompletionsHandler(BodyHandler):
     """POST /v1/chat/completions, streamed (SSE) or not."""
 
     async def post(self) -> None:
-        model = self.require_model()
-        engine = self.ctx.engine
-        policy = ImagePolicy(model_is_visual=bool(engine.llm.file_config.get("is_visual")),
-                             allow_file_urls=self.ctx.settings.allow_file_urls)
-        request = parse_chat_request(self.parse_body(), policy)
+        body = self.parse_body()
+        model = self.choose_model(body)
+        facts = await self.model_facts()
+        policy = ImagePolicy(model_is_visual=facts.is_visual, allow_file_urls=self.ctx.settings.allow_file_urls)
+        request = parse_chat_request(body, policy)
         try:
             await self._complete(model, request)
         finally:
@@ -468,7 +549,6 @@ class ChatCompletionsHandler(BodyHandler):
                                     stream_tool_arguments=True, enable_thinking=request.enable_thinking,
                                     tools=request.tools, tool_choice=request.tool_choice, **request.sampling)
         completion = Completion(model=model, fingerprint=self.ctx.fingerprint)
-        token_bytes = self.ctx.engine.llm.token_bytes
         if not request.stream:
             outcome = await session.whole()
             if outcome is None:
@@ -476,7 +556,7 @@ class ChatCompletionsHandler(BodyHandler):
             self._dropped_header(outcome.dropped)
             result = outcome.result
             self.send_json(completion.response(message_from(outcome.deltas), finish_reason(result, outcome.tool_calls),
-                                               result.usage, logprobs_object(result.logprobs, token_bytes)))
+                                               result.usage, logprobs_object(result.logprobs, outcome.token_bytes)))
             return
 
         async def start() -> None:
@@ -492,7 +572,7 @@ class ChatCompletionsHandler(BodyHandler):
         if outcome is not None:
             result = outcome.result
             await self.send_event(completion.chunk({}, finish_reason(result, outcome.tool_calls),
-                                                   logprobs_object(result.logprobs, token_bytes)))
+                                                   logprobs_object(result.logprobs, outcome.token_bytes)))
             if request.include_usage:
                 await self.send_event(completion.usage_chunk(result.usage))
         self.end_events()

@@ -12,24 +12,32 @@ from .session import GenerationSession
 
 class CompletionsHandler(BodyHandler):
     async def post(self) -> None:
-        model = self.require_model()
-        request = parse_completion_request(self.parse_body())
-        llm = self.ctx.engine.llm
+        body = self.parse_body()
+        model = self.choose_model(body)
+        request = parse_completion_request(body)
         completion = TextCompletion(model=model, fingerprint=self.ctx.fingerprint)
         prefix = ""
-        if request.echo:
-            prefix = request.prompt if isinstance(request.prompt, str) else llm.detokenize(request.prompt)
+
+        def echoed() -> str:  # the prompt as text, once the model is there (echo)
+            if not request.echo:
+                return ""
+            assert self.engine is not None
+            return request.prompt if isinstance(request.prompt, str) else self.engine.llm.detokenize(request.prompt)
+
         session = GenerationSession(self, request.prompt, parse=False, **request.sampling)
         if not request.stream:
             outcome = await session.whole()
             if outcome is not None:
                 result = outcome.result
+                prefix = echoed()
                 self.send_json(completion.envelope(prefix + result.text, finish_reason(result),
-                                                   legacy_logprobs(result.logprobs, llm.token_bytes, len(prefix)),
+                                                   legacy_logprobs(result.logprobs, outcome.token_bytes, len(prefix)),
                                                    usage=legacy_usage(result)))
             return
 
         async def start() -> None:
+            nonlocal prefix
+            prefix = echoed()
             self.start_events()
             if prefix:
                 await self.send_event(completion.envelope(prefix, None))
@@ -41,7 +49,7 @@ class CompletionsHandler(BodyHandler):
         outcome = await session.stream(start, emit, self.send_error_event)
         if outcome is not None:
             result = outcome.result
-            logprobs = legacy_logprobs(result.logprobs, llm.token_bytes, len(prefix))
+            logprobs = legacy_logprobs(result.logprobs, outcome.token_bytes, len(prefix))
             await self.send_event(completion.envelope("", finish_reason(result), logprobs))
             if request.include_usage:
                 chunk = completion.envelope("", None, usage=legacy_usage(result))

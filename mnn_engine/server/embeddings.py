@@ -8,6 +8,7 @@ as Qwen3-Embedding). A chat model answers 400 ``wrong_model_kind``."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from ..api.embeddings import dimensions_field, encode_base64, shortened
 from ..api.openai_chat import bad
@@ -25,12 +26,14 @@ class EmbeddingsHandler(BodyHandler):
         if encoding not in ("float", "base64"):
             raise bad("encoding_format", "'encoding_format' must be 'float' or 'base64'")
         dimensions = dimensions_field(body)
-        model = self.require_model()
-        llm = self.ctx.engine.llm
-        if dimensions is not None and llm.kind == "embedding" and dimensions > llm.embedding_dim:
-            raise bad("dimensions", f"the model's embeddings have {llm.embedding_dim} dimensions "
-                                    f"(asked for {dimensions})")
-        result = await self.embed(body["input"])
+        model = self.choose_model(body)
+
+        def check(llm: Any) -> None:
+            if dimensions is not None and llm.kind == "embedding" and dimensions > llm.embedding_dim:
+                raise bad("dimensions", f"the model's embeddings have {llm.embedding_dim} dimensions "
+                                        f"(asked for {dimensions})")
+
+        result = await self.embed(body["input"], check=check)
         data = []
         for index, vector in enumerate(result.vectors):
             if dimensions is not None and dimensions < len(vector):

@@ -5,37 +5,27 @@ queue, the model's load time and this process's memory."""
 
 from __future__ import annotations
 
-import os
-import resource
-import sys
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 if TYPE_CHECKING:
     from ..engine.events import Event
-    from ..engine.protocol import ServedEngine
+    from ..engine.protocol import ServedModels
 
 from ..errors import MnnEngineError
+from ..runtime.memory import rss_bytes
 from .app import JsonHandler
 
 TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 RATE_BUCKETS = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 400)
 
 
-def _rss_bytes() -> float:
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak * (1 if sys.platform == "darwin" else 1024)
-
-
 class Metrics:
-    """The server's counters; fed by its handlers and by the engine's events."""
+    """The server's counters; fed by its handlers and by the engines' events."""
 
-    def __init__(self, engine: ServedEngine) -> None:
+    def __init__(self, models: ServedModels) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("mnn_engine_http_requests", "HTTP requests by route and status", ["route", "status"],
@@ -54,20 +44,33 @@ class Metrics:
         self.queue: Any = None  # server.queue.GenerationQueue, when the server has one
         self.queue_depth.set_function(lambda: self.queue.depth if self.queue is not None else 0)
         self.queue_timeouts = Counter("mnn_engine_queue_timeouts", "Queued requests that waited too long", registry=r)
-        load = Gauge("mnn_engine_model_load_seconds", "How long the loaded model took to load", registry=r)
+        load = Gauge("mnn_engine_model_load_seconds", "How long the loaded model (the slowest, when several are "
+                     "loaded) took to load", registry=r)
 
         def load_seconds() -> float:
-            try:
-                return float(engine.llm.load_seconds or 0.0)
-            except MnnEngineError:
-                return 0.0
+            seconds = [0.0]
+            for _, engine in models.loaded_engines():
+                with contextlib.suppress(MnnEngineError):  # unloaded meanwhile
+                    seconds.append(float(engine.llm.load_seconds or 0.0))
+            return max(seconds)
 
         load.set_function(load_seconds)
+        loaded = Gauge("mnn_engine_models_loaded", "Models loaded now", registry=r)
+        loaded.set_function(lambda: len(models.loaded_engines()))
+        self.loads = Counter("mnn_engine_model_loads", "Model loads by how they ended (loaded, failed) and "
+                             "unloads by why (expired, evicted, keep_alive)", ["event"], registry=r)
         rss = Gauge("mnn_engine_resident_memory_bytes", "Resident memory of the server process", registry=r)
-        rss.set_function(_rss_bytes)
-        self._unsubscribe = engine.events.subscribe(self._on_event)
+        rss.set_function(rss_bytes)
+        self._unsubscribe = models.events.subscribe(self._on_event)
 
     def _on_event(self, event: Event) -> None:
+        if event.kind == "model":
+            if event.state == "loaded":
+                self.loads.labels(event="loaded").inc()
+            elif event.state == "unloaded":
+                self.loads.labels(event=str(event.data.get("reason") or ("failed" if event.data.get("error")
+                                                                            else "unloaded"))).inc()
+            return
         if event.kind != "generation" or event.state == "running":
             return
         self.generations.labels(finish_reason=event.state).inc()

@@ -5,10 +5,13 @@ sampling, ``format`` through structured output, ``think``), ``/api/pull``
 through the store's pull, and ``/api/embed`` (with the older ``/api/embeddings``)
 from a text-embedding model.
 
-The loaded model answers whatever ``model`` a request names, as on the
-OpenAI routes; ``keep_alive`` is accepted and the model stays loaded while the
-server runs. Errors keep this server's JSON shape with Ollama's ``error`` text
-on top: ``{"error": "...", ...}``.
+A request's ``model`` names the model, as in Ollama: 400 without one, 404
+for one the server does not serve (with one model only, ``--no-switch``, it
+must name that one). ``/api/tags`` lists every model served, ``/api/ps`` the
+loaded ones with their expiry; ``keep_alive`` (seconds or a Go duration;
+negative: forever) says how long a model stays loaded after the request, and
+``keep_alive: 0`` with nothing to generate unloads it. Errors keep this
+server's JSON shape with Ollama's ``error`` text on top: ``{"error": "...", ...}``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +36,7 @@ from ..api.ollama import (
     OLLAMA_VERSION,
     chat_request,
     durations,
-    names_the_model,
+    keep_alive_field,
     now,
     openai_messages,
     split_deltas,
@@ -43,7 +48,7 @@ from ..errors import MnnEngineError, invalid
 from ..hub.sources import UrlPolicy
 from ..runtime.generation import GenerationResult
 from ..runtime.model_files import parameter_count, parameter_size
-from .app import BodyHandler, JsonHandler, active_model_name, error_body, model_capabilities
+from .app import BodyHandler, JsonHandler, error_body, model_capabilities
 from .session import GenerationSession
 
 log = logging.getLogger("mnn_engine.server")
@@ -62,32 +67,50 @@ def _quantization(model_dir: Path) -> str:
     return f"Q{bits}" + (f"_B{block}" if isinstance(block, int) and not isinstance(block, bool) and block else "")
 
 
-def _facts(llm: Any) -> tuple[dict[str, Any], int]:
+@lru_cache(maxsize=64)
+def _details(config_path: Path, created: float, family: str) -> tuple[dict[str, Any], int]:
     """Ollama's ``details`` of a model and its parameter count, from its files
-    (reads the graph once: run off the IOLoop)."""
-    family = str(llm.file_config.get("model_type", ""))
-    count = parameter_count(llm.config_path, llm.file_config)
+    (reads the graph: run off the IOLoop; kept per version of the files)."""
+    from ..runtime.model_files import read_config
+
+    count = parameter_count(config_path, read_config(config_path))
     return ({"parent_model": "", "format": "mnn", "family": family, "families": [family] if family else None,
-             "parameter_size": parameter_size(count), "quantization_level": _quantization(llm.model_dir)}, count)
+             "parameter_size": parameter_size(count), "quantization_level": _quantization(config_path.parent)},
+            count)
 
 
-def _directory_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+def _facts_details(facts: Any) -> tuple[dict[str, Any], int]:
+    return _details(facts.path / "config.json", facts.created, str(facts.config.get("model_type", "")))
 
 
-def _model_entry(engine: Any, name: str) -> dict[str, Any]:
+def _iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+#: what /api/ps shows for a model that never expires (keep_alive < 0, or while it is in use)
+FOREVER = "9999-12-31T23:59:59Z"
+
+
+def _model_entry(models: Any, entry: Mapping[str, Any]) -> dict[str, Any]:
     """An entry of /api/tags and /api/ps (reads the model's files: run off the IOLoop)."""
-    snap = engine.snapshot()["model"]
-    size = 0
-    digest = hashlib.sha256(name.encode()).hexdigest()
-    if snap.get("id"):
-        info = engine.store.get(snap["id"])
-        size = info.size_bytes
-        digest = hashlib.sha256(f"{info.id}:{info.created}".encode()).hexdigest()
-    else:  # served from a directory
-        size = _directory_bytes(engine.llm.model_dir)
-    return {"name": tagged(name), "model": tagged(name), "modified_at": now(), "size": size, "digest": digest,
-            "details": _facts(engine.llm)[0]}
+    facts = models.facts(entry["name"])
+    key = f"{entry['id']}:{entry['created']}" if entry["id"] else entry["name"]
+    name = tagged(entry["name"])
+    return {"name": name, "model": name, "modified_at": _iso(entry["created"]), "size": entry["size_bytes"],
+            "digest": hashlib.sha256(key.encode()).hexdigest(), "details": _facts_details(facts)[0]}
+
+
+def _listing(models: Any, loaded_only: bool) -> list[dict[str, Any]]:
+    out = []
+    for entry in models.models():
+        if loaded_only and not entry["loaded"]:
+            continue
+        item = _model_entry(models, entry)
+        if loaded_only:
+            item.update(expires_at=FOREVER if entry["expires_at"] is None else _iso(entry["expires_at"]),
+                        size_vram=0, context_length=entry["context_length"])
+        out.append(item)
+    return out
 
 
 class OllamaHandler(JsonHandler):
@@ -107,41 +130,35 @@ class VersionHandler(OllamaHandler):
 
 
 class TagsHandler(OllamaHandler):
+    """Every model served, loaded or not."""
+
     async def get(self) -> None:
-        name = active_model_name(self.ctx.engine)
-        entries = [] if name is None else [
-            await asyncio.wrap_future(self.ctx.text_work.submit(_model_entry, self.ctx.engine, name))]
-        self.send_json({"models": entries})
+        models = await asyncio.wrap_future(self.ctx.text_work.submit(_listing, self.ctx.models, False))
+        self.send_json({"models": models})
 
 
 class PsHandler(OllamaHandler):
+    """The loaded models, with when each expires (``keep_alive``)."""
+
     async def get(self) -> None:
-        name = active_model_name(self.ctx.engine)
-        if name is None:
-            self.send_json({"models": []})
-            return
-        entry = await asyncio.wrap_future(self.ctx.text_work.submit(_model_entry, self.ctx.engine, name))
-        entry.update(expires_at="9999-12-31T23:59:59Z", size_vram=0,
-                     context_length=self.ctx.engine.llm.context_limit)
-        self.send_json({"models": [entry]})
+        models = await asyncio.wrap_future(self.ctx.text_work.submit(_listing, self.ctx.models, True))
+        self.send_json({"models": models})
 
 
 class OllamaBodyHandler(BodyHandler, OllamaHandler):
     """A POST route of Ollama's, and NDJSON streams."""
 
-    def model_named_in(self, body: Any, name: str) -> str:
-        """``name`` (the served model's, from ``require_model``) when ``body``'s
-        ``model`` names it: as Ollama, 400 without a model and 404 for a model
-        it does not have."""
+    def model_named_in(self, body: Any) -> str:
+        """The served name of the model ``body`` names: as Ollama, 400
+        without a model and 404 for a model it does not serve. Its
+        ``keep_alive`` holds for the model after this request."""
         asked = body.get("model") if isinstance(body, Mapping) else None
         if asked is None or asked == "":
             raise MnnEngineError("invalid_argument", "model is required", param="model")  # Ollama's words
         if not isinstance(asked, str):
             raise invalid("model", "'model' must be a string")
-        if not names_the_model(asked, name, self.ctx.engine.active_model_id):
-            raise MnnEngineError("model_not_found", f'model "{asked}" not found, try pulling it first',
-                                 param="model")
-        return name
+        self.keep_alive = keep_alive_field(body)
+        return self.choose_model(body, strict=True)
 
     async def send_line(self, data: Any) -> None:
         await self.send_now(jsonutil.dumps(data) + b"\n")
@@ -152,18 +169,22 @@ class OllamaBodyHandler(BodyHandler, OllamaHandler):
 
 
 class ShowHandler(OllamaBodyHandler):
+    """A model's facts, from its files (it is not loaded for this)."""
+
     async def post(self) -> None:
-        name = self.model_named_in(self.parse_body(), self.require_model())
-        engine = self.ctx.engine
-        architecture = str(engine.llm.file_config.get("model_type", "")) or "mnn"
-        capabilities = model_capabilities(engine)
-        details, count = await asyncio.wrap_future(self.ctx.text_work.submit(_facts, engine.llm))
+        name = self.model_named_in(self.parse_body())
+        facts = await self.model_facts()
+        details, count = await asyncio.wrap_future(self.ctx.text_work.submit(_facts_details, facts))
+        entry = next((e for e in await asyncio.wrap_future(self.ctx.text_work.submit(self.ctx.models.models))
+                      if e["name"] == name), None)
+        context = entry["context_length"] if entry is not None else facts.context_length
+        architecture = str(facts.config.get("model_type", "")) or "mnn"
         self.send_json({"modelfile": "", "parameters": "", "template": "", "details": details,
                         # Ollama's key is <architecture>.context_length (e.g. qwen3.context_length): tools read it
                         "model_info": {"general.architecture": architecture, "general.parameter_count": count,
-                                       f"{architecture}.context_length": engine.llm.context_limit,
-                                       "context_length": engine.llm.context_limit},
-                        "capabilities": capabilities, "modified_at": now(), "name": tagged(name)})
+                                       f"{architecture}.context_length": context, "context_length": context},
+                        "capabilities": model_capabilities(facts.kind, facts.config),
+                        "modified_at": _iso(facts.created), "name": tagged(name)})
 
 
 class _Generation(OllamaBodyHandler):
@@ -200,24 +221,33 @@ class _Generation(OllamaBodyHandler):
         if not self.closed:
             self.finish()
 
-    def begin(self) -> tuple[str, Mapping[str, Any], bool, ImagePolicy]:
+    async def begin(self) -> tuple[str, Mapping[str, Any], bool, ImagePolicy]:
         """What both routes check first: the model, the body, whether to stream, the image policy."""
-        name = self.require_model()
         body = self.parse_body()
         if not isinstance(body, Mapping):
             raise invalid("body", "the request body must be a JSON object")
-        model = self.model_named_in(body, name)
-        policy = ImagePolicy(model_is_visual=bool(self.ctx.engine.llm.file_config.get("is_visual")),
-                             allow_file_urls=False)
-        return model, body, stream_flag(body), policy
+        model = self.model_named_in(body)
+        facts = await self.model_facts()
+        return model, body, stream_flag(body), ImagePolicy(model_is_visual=facts.is_visual, allow_file_urls=False)
+
+    async def load_only(self, model: str, frame: dict[str, Any]) -> None:
+        """docs/api.md: a request with nothing to generate loads the model
+        (``done_reason`` "load"), or with ``keep_alive: 0`` unloads it ("unload")."""
+        if self.keep_alive == 0:
+            await asyncio.wrap_future(self.ctx.loads.submit(self.ctx.models.unload, model))
+            reason = "unload"
+        else:
+            async with self.generation_turn():  # loads it in its turn, as a generation would
+                pass
+            reason = "load"
+        self.send_json({"model": tagged(model), "created_at": now(), **frame, "done": True, "done_reason": reason})
 
 
 class ChatHandler(_Generation):
     async def post(self) -> None:
-        model, body, stream, policy = self.begin()
-        if body.get("messages") == []:  # docs/api.md: empty messages only load the model (it is loaded)
-            self.send_json({"model": tagged(model), "created_at": now(),
-                            "message": {"role": "assistant", "content": ""}, "done_reason": "load", "done": True})
+        model, body, stream, policy = await self.begin()
+        if not body.get("messages"):  # docs/api.md: no messages only load (or unload) the model
+            await self.load_only(model, {"message": {"role": "assistant", "content": ""}})
             return
         request = chat_request(body, openai_messages(body.get("messages")), policy)
 
@@ -237,13 +267,12 @@ class ChatHandler(_Generation):
 
 class GenerateHandler(_Generation):
     async def post(self) -> None:
-        model, body, stream, policy = self.begin()
+        model, body, stream, policy = await self.begin()
         prompt = body.get("prompt", "")
         if not isinstance(prompt, str):
             raise invalid("prompt", "'prompt' must be text")
-        if not prompt:  # Ollama: an empty prompt only loads the model, which is loaded
-            self.send_json({"model": tagged(model), "created_at": now(), "response": "", "done": True,
-                            "done_reason": "load"})
+        if not prompt:  # docs/api.md: an empty prompt only loads (or unloads) the model
+            await self.load_only(model, {"response": ""})
             return
         if body.get("suffix"):
             raise invalid("suffix", "'suffix' is not supported")
@@ -305,7 +334,7 @@ class PullHandler(OllamaBodyHandler):
         self.ctx.pull_stops.add(self._stop)
         try:
             future = asyncio.wrap_future(self.ctx.pulls.submit(
-                lambda: self.ctx.engine.pull(spec, progress=report, policy=policy, stop=self._stop)))
+                lambda: self.ctx.models.pull(spec, progress=report, policy=policy, stop=self._stop)))
             if not stream:
                 info = await future
                 self.send_json({"status": "success", "model": info.id})
@@ -355,11 +384,10 @@ class EmbedHandler(OllamaBodyHandler):
     of refusing it; ``dimensions`` keeps the first N values."""
 
     async def post(self) -> None:
-        name = self.require_model()
         body = self.parse_body()
         if not isinstance(body, Mapping):
             raise invalid("body", "the request body must be a JSON object")
-        model = self.model_named_in(body, name)
+        model = self.model_named_in(body)
         inputs = body.get("input")
         if not isinstance(inputs, str) and not (isinstance(inputs, list) and all(isinstance(t, str) for t in inputs)):
             raise invalid("input", "'input' must be a string or a list of strings")
@@ -382,9 +410,8 @@ class LegacyEmbeddingsHandler(OllamaBodyHandler):
     the model gives it (not scaled to unit length, as Ollama's is not)."""
 
     async def post(self) -> None:
-        name = self.require_model()
         body = self.parse_body()
-        self.model_named_in(body, name)
+        self.model_named_in(body)
         prompt = body.get("prompt") if isinstance(body, Mapping) else None
         if not isinstance(prompt, str):
             raise invalid("prompt", "'prompt' must be a string")

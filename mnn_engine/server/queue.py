@@ -1,12 +1,14 @@
-"""The request queue (``serve --queue N``, 16 by default): up to N requests
-wait, first come first served, for the generation before them to end, each
-at most ``--queue-timeout`` seconds. With ``--queue 0`` a request that finds
-the model busy gets 429 at once, except when the running generation was
-cancelled (its client left): that one ends before its next token, so the
-request waits for it instead. The queue only orders the waiting; the rule
-itself ("one generation at a time") is the model's claim (``Llm.claim``).
-Runs on the server's event loop; the engine's events, from the generation
-thread, wake the next in line."""
+"""The request queue (``serve --queue N``, 16 by default): the server runs
+one generation at a time, whichever model it is on (two at once would each
+run at half speed on a phone's cores, and hold two KV caches), and up to N
+requests wait, first come first served, for the turn, each at most
+``--queue-timeout`` seconds. A request's turn covers loading its model when
+that is needed. With ``--queue 0`` a request that finds a generation running
+gets 429 at once, except when that generation was cancelled (its client
+left): it ends before its next token, so the request waits for it instead.
+Within one model the rule is also the model's claim (``Llm.claim``). Runs on
+the server's event loop; the engines' events, from their generation
+threads, wake the next in line."""
 
 from __future__ import annotations
 
@@ -19,14 +21,14 @@ from ..errors import MnnEngineError
 
 if TYPE_CHECKING:
     from ..engine.events import Event
-    from ..engine.protocol import ServedEngine
+    from ..engine.protocol import ServedModels
 
 
 class GenerationQueue:
-    def __init__(self, engine: ServedEngine, limit: int = 0, timeout: float = 60.0,
+    def __init__(self, models: ServedModels, limit: int = 0, timeout: float = 60.0,
                  on_timeout: Callable[[], Any] = lambda: None) -> None:
         # limit and timeout were checked by ServerSettings.validated
-        self.engine = engine
+        self.models = models
         self.limit = limit
         self.timeout = float(timeout)
         self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
@@ -36,7 +38,7 @@ class GenerationQueue:
         self.holder: Any = None
         self.on_timeout = on_timeout
         self.loop = asyncio.get_running_loop()
-        self._unsubscribe = engine.events.subscribe(self._on_event)
+        self._unsubscribe = models.events.subscribe(self._on_event)
         self.closed = False
 
     @property
@@ -54,7 +56,7 @@ class GenerationQueue:
             self._wake()
 
     def _wake(self) -> None:
-        if self.closed or self.holder is not None or self.engine.generating:
+        if self.closed or self.holder is not None or self.models.generating:
             return
         while self.waiters:
             waiter = self.waiters.popleft()
@@ -69,10 +71,13 @@ class GenerationQueue:
         when the queue is off or full, or the wait passed the timeout."""
         if self.closed:
             raise MnnEngineError("server_stopping", "the server is stopping; no new requests")
-        if not self.waiters and self.holder is None and not self.engine.generating:
+        if not self.waiters and self.holder is None and not self.models.generating:
+            self.holder = self.loop.create_future()  # the turn is owner's until its generation starts
+            self.holder.set_result(None)
+            self._places[id(owner)] = self.holder
             return
-        if self.limit == 0 and not self.engine.generation_cancelled:
-            return  # no queue: the model's claim answers busy
+        if self.limit == 0 and not self.models.generation_cancelled:
+            raise MnnEngineError("busy", "a generation is already running (the server queues none: serve --queue)")
         if self.limit and len(self.waiters) >= self.limit:
             raise MnnEngineError("busy", f"the model is busy and {self.limit} requests are already waiting")
         waiter: asyncio.Future[None] = self.loop.create_future()

@@ -30,7 +30,7 @@ from .routes import make_app
 from .settings import ServerSettings
 
 if TYPE_CHECKING:
-    from ..engine.protocol import ServedEngine
+    from ..engine.protocol import ServedModels
 
 log = logging.getLogger("mnn_engine.server")
 
@@ -152,28 +152,28 @@ def _url(sockets: list[socket.socket], host: str) -> str:
     return f"http://{shown}:{port}"
 
 
-async def _start(engine: ServedEngine, settings: ServerSettings,
+async def _start(models: ServedModels, settings: ServerSettings,
                  sockets: list[socket.socket] | None = None) -> RunningServer:
     settings.validated()
-    engine.require_model_for_server()
-    engine.set_server_state("starting")
+    models.require_ready_for_server()
+    models.set_server_state("starting")
     try:
         sockets = sockets or bind(settings.host, settings.port)
     except MnnEngineError:
-        engine.set_server_state("stopped")
+        models.set_server_state("stopped")
         raise
-    ctx = ServerContext(engine, settings=settings, metrics=Metrics(engine))
-    ctx.queue = GenerationQueue(engine, settings.queue, settings.queue_timeout,
+    ctx = ServerContext(models, settings=settings, metrics=Metrics(models))
+    ctx.queue = GenerationQueue(models, settings.queue, settings.queue_timeout,
                                 on_timeout=ctx.metrics.queue_timeouts.inc)
     ctx.metrics.queue = ctx.queue
-    ctx.events = EventFanout(engine.events, asyncio.get_running_loop())
+    ctx.events = EventFanout(models.events, asyncio.get_running_loop())
     limit = connection_limit()
     http = ApiHTTPServer(make_app(ctx), limit=limit, per_client=max(4, limit // PER_CLIENT_SHARE),
                          body_limit=settings.max_body_bytes)
     listeners = [Listener(sock, http) for sock in sockets]
     url = _url(sockets, settings.host)
-    engine.set_server_state("running", url)
-    log.info("serving %s at %s", engine.active_model_id or "a model", url)
+    models.set_server_state("running", url)
+    log.info("serving %s at %s", models.default_name if not models.switching else "the store", url)
     return RunningServer(ctx, http, url, asyncio.get_running_loop(), listeners, stopped=asyncio.Event())
 
 
@@ -183,7 +183,7 @@ async def _stop(server: RunningServer) -> None:
         return
     ctx.stopping = True
     ctx.queue.close()  # first: the waiting are answered 503, not woken by the cancels below
-    ctx.engine.set_server_state("stopping", server.url)
+    ctx.models.set_server_state("stopping", server.url)
     for handler in list(ctx.active):
         handler.cancel()
     for stop in list(ctx.pull_stops):  # pulls end at their next chunk; their daemon threads never hold the exit
@@ -196,20 +196,21 @@ async def _stop(server: RunningServer) -> None:
     await server.http.close_all_connections()
     ctx.metrics.close()
     ctx.events.close()
-    ctx.engine.set_server_state("stopped")
+    ctx.models.set_server_state("stopped")
     log.info("server stopped")
     if server.stopped is not None:
         server.stopped.set()
 
 
 # ---------------------------------------------------------------- foreground
-def serve_forever(engine: ServedEngine, settings: ServerSettings, *, on_ready: Any = None,
+def serve_forever(models: ServedModels, settings: ServerSettings, *, on_ready: Any = None,
                   sockets: list[socket.socket] | None = None) -> None:
-    """Serve until SIGINT or SIGTERM, then stop the server and unload the
-    model. ``sockets``: already bound ones (``bind``), else the settings' host and port."""
+    """Serve until SIGINT or SIGTERM, then stop the server (the caller
+    unloads the models). ``sockets``: already bound ones (``bind``), else the
+    settings' host and port."""
 
     async def main() -> None:
-        server = await _start(engine, settings, sockets)
+        server = await _start(models, settings, sockets)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(_stop(server)))
@@ -219,14 +220,15 @@ def serve_forever(engine: ServedEngine, settings: ServerSettings, *, on_ready: A
         await server.stopped.wait()
 
     asyncio.run(main())
-    engine.unload()
 
 
 # ---------------------------------------------------------------- background
-def start_background_server(engine: ServedEngine, settings: ServerSettings | None = None, **options: Any) -> str:
+def start_background_server(models: ServedModels, settings: ServerSettings | None = None, *, owner: Any = None,
+                            **options: Any) -> str:
     """Run the server on its own thread and event loop; returns its URL once
     it listens (or raises, e.g. ``port_in_use``). ``options``: the fields of
-    ``ServerSettings`` (``port=0`` takes any free port)."""
+    ``ServerSettings`` (``port=0`` takes any free port). ``owner`` (default:
+    ``models``) is what ``stop_background_server`` is given to stop it."""
     chosen = settings if settings is not None else ServerSettings.from_options(options)
     ready = threading.Event()
     outcome: dict[str, Any] = {}
@@ -234,7 +236,7 @@ def start_background_server(engine: ServedEngine, settings: ServerSettings | Non
     def run() -> None:
         async def main() -> None:
             try:
-                server = await _start(engine, chosen)
+                server = await _start(models, chosen)
             except BaseException as exc:
                 outcome["error"] = exc
                 ready.set()
@@ -255,14 +257,14 @@ def start_background_server(engine: ServedEngine, settings: ServerSettings | Non
         raise outcome["error"]
     server: RunningServer = outcome["server"]
     with _servers_lock:
-        _servers[id(engine)] = server
+        _servers[id(owner if owner is not None else models)] = server
     return server.url
 
 
-def stop_background_server(engine: ServedEngine) -> None:
-    """Stop the engine's background server and wait for it to finish."""
+def stop_background_server(owner: Any) -> None:
+    """Stop the background server started for ``owner`` and wait for it to finish."""
     with _servers_lock:
-        server = _servers.pop(id(engine), None)
+        server = _servers.pop(id(owner), None)
     if server is None:
         raise MnnEngineError("server_not_running", "no server is running for this engine")
     future = asyncio.run_coroutine_threadsafe(_stop(server), server.loop)

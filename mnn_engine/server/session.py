@@ -31,7 +31,7 @@ class SessionHandler(Protocol):
     generation: Any
     closed: bool
 
-    def generation_turn(self) -> AbstractAsyncContextManager[None]: ...
+    def generation_turn(self) -> AbstractAsyncContextManager[Any]: ...
 
     async def first_piece(self, pieces: Any) -> str | None: ...
 
@@ -51,6 +51,7 @@ class Outcome:
     deltas: list[Delta] = field(default_factory=list)  # for whole answers; streams emitted theirs
     parser: OutputParser | None = None
     dropped: int = 0  # messages dropped to fit the context
+    token_bytes: Any = None  # the model's token -> bytes (Llm.token_bytes), for logprobs
 
     @property
     def tool_calls(self) -> bool:
@@ -70,10 +71,10 @@ class GenerationSession:
         self.stream_tool_arguments = stream_tool_arguments
         self._rendered: list[tuple[str | None, int]] = []  # (prompt text, messages dropped), from the generation thread
 
-    def _submit(self, put: Callable[[str], None] | None) -> Future[GenerationResult]:
+    def _submit(self, engine: Any, put: Callable[[str], None] | None) -> Future[GenerationResult]:
         handler = self.handler
-        handler.generation = handler.ctx.engine.submit(self.prompt, put, on_prompt=lambda *p: self._rendered.append(p),
-                                                       **self.options)
+        handler.generation = engine.submit(self.prompt, put, on_prompt=lambda *p: self._rendered.append(p),
+                                           **self.options)
         return handler.generation
 
     def _parser(self, streamed: bool = False) -> OutputParser | None:
@@ -96,23 +97,23 @@ class GenerationSession:
     async def whole(self) -> Outcome | None:
         """The whole answer (None: the client left before it was done)."""
         handler = self.handler
-        async with handler.generation_turn():
-            future = self._submit(None)
+        async with handler.generation_turn() as engine:
+            future = self._submit(engine, None)
             result = await asyncio.wrap_future(future)
             if handler.closed:
                 return None
             handler.check_not_cancelled(result)
             parser = self._parser()
             deltas = self._feed(parser, result.text) + (parser.finish() if parser is not None else [])
-            return Outcome(result, deltas, parser, self.dropped)
+            return Outcome(result, deltas, parser, self.dropped, engine.llm.token_bytes)
 
     async def stream(self, start: Callable[[], Awaitable[None]], emit: Emit, emit_error: EmitError) -> Outcome | None:
         """Stream the answer: ``start()`` once the first piece is there (the
         headers and any opening frame), ``emit(deltas)`` as text comes, and on
         a failure after that ``emit_error(exc)`` (None is returned then)."""
         handler = self.handler
-        async with handler.generation_turn():
-            pieces = astream_pieces(self._submit, handler.ctx.engine.cancel_generation)
+        async with handler.generation_turn() as engine:
+            pieces = astream_pieces(lambda put: self._submit(engine, put), engine.cancel_generation)
             first = await handler.first_piece(pieces)
             parser = self._parser(streamed=True)
             await start()
@@ -128,4 +129,4 @@ class GenerationSession:
             except MnnEngineError as exc:  # the status is sent: the dialect reports it in the stream
                 await emit_error(exc)
                 return None
-            return Outcome(result, [], parser, self.dropped)
+            return Outcome(result, [], parser, self.dropped, engine.llm.token_bytes)

@@ -1,6 +1,8 @@
 """llama-server's tokenizer routes: ``POST /tokenize``, ``/detokenize`` and
 ``/apply-template``. The work runs on a worker thread (a long text takes a
-while to tokenize), never on the event loop."""
+while to tokenize), never on the event loop. A body's ``model`` picks the
+model, as in llama-server's router mode (none: the server's default); it is
+loaded if need be."""
 
 from __future__ import annotations
 
@@ -35,7 +37,11 @@ class TokenizeHandler(BodyHandler):
         body = self.parse_body()
         content = _field(body, "content", str)
         with_pieces = _field(body, "with_pieces", bool, False)
-        llm = self.ctx.engine.llm
+        self.choose_model(body)
+        async with self.leased() as engine:
+            await self._tokenize(engine.llm, content, with_pieces)
+
+    async def _tokenize(self, llm: Any, content: str, with_pieces: bool) -> None:
         llm.check_prompt(content)  # the quick bound: more bytes than the context can hold
 
         def work() -> bytes:
@@ -60,12 +66,16 @@ class DetokenizeHandler(BodyHandler):
     """``{"tokens": [...]}`` -> ``{"content": "..."}``."""
 
     async def post(self) -> None:
-        tokens = _field(self.parse_body(), "tokens", list)
-        llm = self.ctx.engine.llm
-        if len(tokens) > llm.context_limit:
-            raise MnnEngineError("context_length_exceeded", f"{len(tokens)} tokens; at most the context's "
-                                 f"{llm.context_limit} are detokenized at once", param="tokens")
-        self.send_json({"content": await asyncio.wrap_future(self.ctx.text_work.submit(llm.detokenize, tokens))})
+        body = self.parse_body()
+        tokens = _field(body, "tokens", list)
+        self.choose_model(body)
+        async with self.leased() as engine:
+            llm = engine.llm
+            if len(tokens) > llm.context_limit:
+                raise MnnEngineError("context_length_exceeded", f"{len(tokens)} tokens; at most the context's "
+                                     f"{llm.context_limit} are detokenized at once", param="tokens")
+            text = await asyncio.wrap_future(self.ctx.text_work.submit(llm.detokenize, tokens))
+        self.send_json({"content": text})
 
 
 class ApplyTemplateHandler(BodyHandler):
@@ -78,10 +88,12 @@ class ApplyTemplateHandler(BodyHandler):
             raise invalid("body", "the body must be a JSON object")
         request = parse_chat_request({"messages": body.get("messages"), "tools": body.get("tools"),
                                       "chat_template_kwargs": body.get("chat_template_kwargs")}, None)
-        llm = self.ctx.engine.llm
         try:
-            prompt = await asyncio.wrap_future(self.ctx.text_work.submit(
-                lambda: llm.apply_chat_template(request.messages, True, request.enable_thinking, request.tools)))
+            self.choose_model(body)
+            async with self.leased() as engine:
+                llm = engine.llm
+                prompt = await asyncio.wrap_future(self.ctx.text_work.submit(
+                    lambda: llm.apply_chat_template(request.messages, True, request.enable_thinking, request.tools)))
         finally:
             request.cleanup()
         self.send_json({"prompt": prompt})

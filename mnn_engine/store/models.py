@@ -8,6 +8,8 @@ Layout under the store root (``$MNN_ENGINE_HOME``, else
     cache/<id>/           MNN's tmp_path for that model (mmap and GPU caches)
     previous/<id>/        the version a pull --update replaced (mnn_engine.store.pull)
     downloads/<id>/       a pull in progress (mnn_engine.store.pull)
+    presets/<id>.json     the load options ``bench --tune`` measured fastest
+    options/<id>.json     the load options set with ``models config`` (they win over the preset)
 
 An import validates the source, copies it into a hidden directory inside the
 store and renames it into place, so a crash or kill mid-copy never leaves a
@@ -348,6 +350,9 @@ class ModelStore:
             Path(info.path).rename(target)
             if self.previous_path(old_id).exists():
                 self.previous_path(old_id).rename(self.previous_path(new_id))
+            for kept in (self.preset_path, self.options_path):  # a model's settings follow it
+                if kept(old_id).exists():
+                    kept(old_id).replace(kept(new_id))
             old_cache = self.cache_dir / old_id
             if old_cache.exists():
                 shutil.rmtree(old_cache, ignore_errors=True)
@@ -363,6 +368,7 @@ class ModelStore:
             shutil.rmtree(self.cache_dir / model_id, ignore_errors=True)
             shutil.rmtree(self.previous_path(model_id), ignore_errors=True)
             self.preset_path(model_id).unlink(missing_ok=True)
+            self.options_path(model_id).unlink(missing_ok=True)
 
     def pull(self, spec: str, *, model_id: str | None = None, revision: str | None = None,
              source: str | None = None, update: bool = False, progress: ProgressCallback | None = None,
@@ -422,6 +428,31 @@ class ModelStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"options": options, "measured": measurements, "saved": time.time()}, indent=2))
+        tmp.replace(path)
+        return path
+
+    # ---------------------------------------------------------------- per-model options
+    def options_path(self, model_id: str) -> Path:
+        return self.root / "options" / f"{check_model_id(model_id)}.json"
+
+    def model_options(self, model_id: str) -> dict[str, Any]:
+        """The load options set for this model with ``models config`` ({} when none)."""
+        try:
+            data = json.loads(self.options_path(model_id).read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def save_model_options(self, model_id: str, options: dict[str, Any]) -> Path:
+        """Replace this model's options (an empty dict removes the file)."""
+        self.get(model_id)
+        path = self.options_path(model_id)
+        if not options:
+            path.unlink(missing_ok=True)
+            return path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(options, indent=2, sort_keys=True))
         tmp.replace(path)
         return path
 

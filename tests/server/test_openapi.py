@@ -27,7 +27,7 @@ MAX_FUZZ_TOKENS = 8
 
 
 def _route_paths() -> set[str]:
-    app = make_app(ServerContext(engine=None))  # type: ignore[arg-type]
+    app = make_app(ServerContext(models=None))  # type: ignore[arg-type]
     paths = set()
     for rule in app.default_router.rules[0].target.rules:
         pattern = rule.matcher.regex.pattern.rstrip("$").replace("\\", "")

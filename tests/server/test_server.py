@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import openai
 import pytest
@@ -394,8 +396,11 @@ def test_serve_command_runs_until_sigterm(tmp_path):
             assert line or proc.poll() is None, "serve exited early"
         assert f"http://127.0.0.1:{port}" in line
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0)
-        answer = client.chat.completions.create(model="m", messages=CHAT, temperature=0)
+        answer = client.chat.completions.create(model="tiny-scripted", messages=CHAT, temperature=0)
         assert answer.choices[0].message.content == SCRIPTED_TEXT
+        with pytest.raises(openai.NotFoundError) as err:  # a name it does not serve (issue 30)
+            client.chat.completions.create(model="m", messages=CHAT, temperature=0)
+        assert err.value.code == "model_not_found"
         busy = subprocess.run([sys.executable, "-m", "mnn_engine", "serve", str(test_model_dir("tiny-scripted")),
                                "--port", str(port), "--threads", "1"], env=env, capture_output=True, text=True,
                               timeout=120, cwd="/")
@@ -427,22 +432,38 @@ def test_all_interfaces_without_a_key_warns(tmp_path):
             proc.kill()
 
 
-def test_serve_without_model_uses_the_last_loaded(tmp_path):
+def test_serve_without_model_serves_the_store_and_defaults_to_the_last_loaded(tmp_path):
     home = tmp_path / "home"
     store = ModelStore(home)
     store.import_model(test_model_dir("tiny-scripted"), model_id="scripted")
     env = dict(os.environ, MNN_ENGINE_HOME=str(home))
-    none_yet = subprocess.run([sys.executable, "-m", "mnn_engine", "serve", "--port", str(_free_port())],
-                              env=env, capture_output=True, text=True, timeout=60, cwd="/")
+    # --no-switch is one model for the server's life: with none named and none loaded before, nothing to serve
+    none_yet = subprocess.run([sys.executable, "-m", "mnn_engine", "serve", "--no-switch", "--port",
+                               str(_free_port())], env=env, capture_output=True, text=True, timeout=60, cwd="/")
     assert none_yet.returncode == 2 and "[model_not_found]" in none_yet.stderr
-    store.touch("scripted")
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "mnn_engine", "serve", "--port", str(port), "--threads", "1"],
                             env=env, stderr=subprocess.PIPE, text=True, cwd="/")
     try:
         while "mnn-engine: serving" not in (line := proc.stderr.readline()):
             assert line or proc.poll() is None
-        assert "serving scripted" in line
+        assert "serving the store (1 model)" in line
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+
+        def ask(body: dict) -> tuple[int, dict]:
+            request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=60) as answer:
+                    return answer.status, json.loads(answer.read())
+            except urllib.error.HTTPError as exc:
+                return exc.code, json.loads(exc.read())
+
+        status, body = ask({"messages": CHAT})  # no model named, none loaded yet or before: say so
+        assert status == 400 and body["error"]["param"] == "model"
+        status, body = ask({"model": "scripted", "messages": CHAT, "temperature": 0})
+        assert status == 200 and body["choices"][0]["message"]["content"] == SCRIPTED_TEXT
+        status, body = ask({"messages": CHAT, "temperature": 0})  # now the one used last
+        assert status == 200 and body["model"] == "scripted"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
     finally:

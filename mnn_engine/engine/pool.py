@@ -1,0 +1,648 @@
+"""The models a server serves: the whole store by name, loaded on demand and
+unloaded when idle, within the device's memory (``serve``); or one engine's
+model for every request (the plugin's rule: ``serve MODEL --no-switch`` and
+``Engine.start_server``).
+
+A ``ModelPool`` owns one ``Engine`` per loaded model; all of them publish on
+the pool's one ``EventStream`` (their events name their model). Its rules:
+
+- a request names a model and leases it (``acquire``): a loaded model at
+  once, else it is loaded here, one load at a time; a load that fails is that
+  request's error and touches no other model;
+- at most ``max_loaded`` models are loaded, and together they stay within
+  ``memory_budget`` bytes (their weights' size in the store): a model that
+  does not fit first unloads the least recently used idle ones; a model that
+  is leased (a generation running or about to start, a tokenizer call) is
+  never unloaded under it: the load waits for its lease to end instead;
+- releasing a lease sets when the model expires: ``keep_alive`` seconds
+  later (the request's, else the pool's; ``None``: never; 0: at once); the
+  pool's reaper thread unloads expired idle models, and after each unload
+  asks the allocator to give the memory back (``runtime.memory``);
+- the model named when the pool was made (``serve MODEL``) is preloaded, is
+  the default for requests that name none, and stays loaded until a request
+  says otherwise or another model needs its room.
+
+Loads, waits and unloads block: the server calls ``acquire`` and ``unload``
+off its IOLoop (``try_acquire`` is the non-blocking fast path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import MnnEngineError
+from ..hub import catalog
+from ..runtime.llm import DEFAULT_CONTEXT
+from ..runtime.memory import give_back_memory, total_memory_bytes
+from ..runtime.model_files import CONFIG_NAME, model_files, model_kind, read_config
+from ..store.layout import ModelInfo, model_id_from_name
+from ..store.models import ModelStore
+from .engine import Engine, LoadOptions, model_options, pull_with_events, server_launcher
+from .events import EventStream
+
+log = logging.getLogger("mnn_engine.pool")
+
+#: Ollama's default keep-alive (docs/api.md: "default: 5m")
+DEFAULT_KEEP_ALIVE_S = 300.0
+#: below this much RAM a device holds one model at a time (a phone: a 0.6B and a 4B model do not fit together)
+SMALL_DEVICE_BYTES = 8 * 2**30
+#: Ollama's default OLLAMA_MAX_LOADED_MODELS on a CPU (3 per GPU, 3 without one)
+MOST_LOADED = 3
+#: the share of RAM loaded models may take together (the rest: the KV caches, the system, other apps)
+MEMORY_SHARE = 0.5
+#: an expiry shown for a model that never expires (/api/ps)
+NEVER = float("inf")
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the server tells about a model without loading it."""
+
+    name: str
+    model_id: str | None
+    path: Path
+    kind: str  # "chat" or "embedding"
+    is_visual: bool
+    size_bytes: int
+    created: float
+    context_length: int = DEFAULT_CONTEXT  # its config's (MNN's max_all_tokens), before any load option
+    config: dict[str, Any] = field(default_factory=dict, compare=False)  # its merged config.json
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """How many models may be loaded at once, and why (printed by ``serve``)."""
+
+    max_loaded: int
+    memory_budget: int
+    reason: str
+
+
+def plan_memory(total_ram: int, model_sizes: list[int], max_loaded: int | None = None) -> MemoryPlan:
+    """``max_loaded`` as asked, else decided from the RAM and the largest
+    model: one under ``SMALL_DEVICE_BYTES``, else as many of the largest as
+    fit in ``MEMORY_SHARE`` of the RAM, at most ``MOST_LOADED``."""
+    budget = int(total_ram * MEMORY_SHARE) if total_ram else 0
+    ram = f"{total_ram / 2**30:.1f} GiB of RAM" if total_ram else "RAM unknown"
+    if max_loaded is not None:
+        if isinstance(max_loaded, bool) or not isinstance(max_loaded, int) or max_loaded < 1:
+            raise MnnEngineError("invalid_argument", f"max_loaded must be at least 1 (got {max_loaded!r})",
+                                 param="max_loaded")
+        return MemoryPlan(max_loaded, budget, f"--max-loaded {max_loaded} ({ram})")
+    if total_ram and total_ram < SMALL_DEVICE_BYTES:
+        return MemoryPlan(1, budget, f"{ram}, under {SMALL_DEVICE_BYTES // 2**30} GiB: one model at a time")
+    largest = max(model_sizes, default=0)
+    fit = budget // largest if largest and budget else MOST_LOADED
+    count = max(1, min(MOST_LOADED, fit))
+    what = f"{fit} of the largest model ({largest / 2**20:.0f} MiB)" if largest else "any model"
+    return MemoryPlan(count, budget, f"{ram}: half of it holds {what}; at most {MOST_LOADED}")
+
+
+@dataclass
+class _Slot:
+    """A model the pool can serve, and its state."""
+
+    name: str
+    target: str  # what Engine.load takes: the store ID or the model directory
+    model_id: str | None
+    engine: Engine | None = None
+    state: str = "unloaded"  # loading, loaded, unloading
+    users: int = 0
+    last_used: float = 0.0
+    expires: float = NEVER  # time.monotonic() deadline once idle
+    keep_forever: bool = False  # the preloaded model: the default keep-alive does not apply
+    size_bytes: int = 0
+    facts: ModelFacts | None = field(default=None, repr=False)
+
+
+class Lease:
+    """A model leased for one request: ``engine`` serves it until ``release``."""
+
+    def __init__(self, pool: ModelPool, slot: _Slot, engine: Engine) -> None:
+        self._pool, self._slot, self.engine = pool, slot, engine
+        self.name = slot.name
+        self._released = False
+
+    def release(self, keep_alive: Any = ...) -> None:
+        """The request is done; the model expires ``keep_alive`` seconds from
+        now (``...``: the pool's default; ``None``: never). Idempotent."""
+        if not self._released:
+            self._released = True
+            self._pool._release(self._slot, keep_alive)
+
+
+class ModelPool:
+    """See the module's docstring. ``defaults``: load options for models
+    loaded on demand (``serve``'s flags); each model's preset and its own
+    options (``models config``) go over them."""
+
+    def __init__(self, store: ModelStore | None = None, *, defaults: Mapping[str, Any] | None = None,
+                 max_loaded: int | None = None, keep_alive: float | None = DEFAULT_KEEP_ALIVE_S,
+                 memory_budget: int | None = None, total_ram: int | None = None) -> None:
+        self.store = store if store is not None else ModelStore()
+        self.store.in_use = self._in_use
+        self.events = EventStream()
+        self.switching = True
+        self.defaults = dict(defaults or {})
+        LoadOptions().updated(self.defaults)  # bad flags fail before anything loads
+        self.keep_alive = check_keep_alive(keep_alive)
+        ram = total_memory_bytes() if total_ram is None else total_ram
+        self.plan = plan_memory(ram, [info.size_bytes for info in self.store.list()], max_loaded)
+        self.max_loaded = self.plan.max_loaded
+        self.memory_budget = memory_budget if memory_budget is not None else self.plan.memory_budget
+        self.default_name: str | None = None
+        self._slots: dict[str, _Slot] = {}
+        self._cond = threading.Condition()
+        #: one load or unload at a time; taken before _cond, never while holding it
+        self._load_lock = threading.Lock()
+        self._loading: dict[str, Any] | None = None
+        self._last_error: dict[str, Any] | None = None
+        self._server_state, self._server_address = "stopped", None
+        self._closed = False
+        self._fixed: Engine | None = None
+        self._reaper = threading.Thread(target=self._reap, name="mnn-engine-reaper", daemon=True)
+        self._reaper.start()
+
+    @classmethod
+    def fixed(cls, engine: Engine) -> ModelPool:
+        """The plugin's rule: ``engine``'s loaded model answers every request,
+        whatever it names; nothing is loaded or unloaded here (the engine's
+        owner does that), and the engine itself records the server's state."""
+        pool = cls.__new__(cls)
+        pool.store, pool.events, pool.switching = engine.store, engine.events, False
+        pool.defaults, pool.keep_alive = {}, None
+        pool.plan = MemoryPlan(1, 0, "--no-switch: the one model")
+        pool.max_loaded, pool.memory_budget = 1, 0
+        pool._cond, pool._load_lock = threading.Condition(), threading.Lock()
+        pool._loading, pool._last_error, pool._closed = None, None, False
+        pool._server_state, pool._server_address = "stopped", None
+        pool._fixed = engine
+        snap = engine.snapshot()["model"]
+        name = served_name(snap.get("id"), snap.get("path"))
+        pool.default_name = name
+        slot = _Slot(name or "model", target=snap.get("path") or "", model_id=snap.get("id"), engine=engine,
+                     state="loaded", keep_forever=True)
+        pool._slots = {slot.name: slot}
+        return pool
+
+    # ---------------------------------------------------------------- names
+    def _in_use(self, model_id: str) -> bool:
+        with self._cond:
+            return any(s.model_id == model_id and s.state != "unloaded" for s in self._slots.values())
+
+    def _store_ids(self) -> list[str]:
+        models = self.store.models_dir
+        try:
+            names = sorted(p.name for p in models.iterdir() if not p.name.startswith("."))
+        except OSError:
+            return []
+        return [n for n in names if (models / n / CONFIG_NAME).is_file()]
+
+    def _slot_for(self, name: str) -> _Slot:
+        with self._cond:
+            slot = self._slots.get(name)
+            if slot is None:
+                slot = self._slots[name] = _Slot(name, target=name, model_id=name)
+            return slot
+
+    def resolve(self, asked: Any, *, strict: bool = True) -> str:
+        """The served name of the model a request's ``model`` names: a store
+        ID or a name that slugs to one (``Qwen3-0.6B``, Ollama's
+        ``qwen3:0.6b`` and ``tiny:latest``); none named: the default (the
+        preloaded model, else the one used last). ``model_not_found`` for
+        anything else, with the pull command for a catalog name not pulled
+        yet: a request never downloads. In a fixed pool the one model answers
+        every name, unless ``strict`` (Ollama's routes: a name must name it)."""
+        if asked is not None and not isinstance(asked, str):
+            raise MnnEngineError("invalid_argument", "'model' must be a string", param="model")
+        if not self.switching:
+            name = next(iter(self._slots))
+            if strict and asked and not _names(asked, name, self._slots[name].model_id):
+                raise _not_found(asked)
+            return name
+        if not asked:
+            return self._default()
+        with self._cond:
+            for slot in self._slots.values():  # the preloaded model, a directory, is a slot of its own
+                if slot.model_id is None and _names(asked, slot.name):
+                    return slot.name
+        ids = self._store_ids()
+        for model_id in ids:
+            if _names(asked, model_id):
+                return self._slot_for(model_id).name
+        entry = catalog.find(asked.removesuffix(":latest").replace(":", "-"))
+        if entry is not None:
+            raise MnnEngineError("model_not_found", f'model "{asked}" is not in the store; pull it first (POST '
+                                 f"/api/pull, or python -m mnn_engine models pull {entry.name})", param="model")
+        raise _not_found(asked)
+
+    def _default(self) -> str:
+        if self.default_name is not None:
+            return self.default_name
+        with self._cond:
+            used = sorted((s for s in self._slots.values() if s.state == "loaded"), key=lambda s: s.last_used)
+        if used:
+            return used[-1].name
+        last = self.store.last_loaded()
+        if last is not None:
+            return self._slot_for(last).name
+        raise MnnEngineError("invalid_argument", "model is required: name one of the models GET /v1/models "
+                             "lists", param="model")
+
+    # ---------------------------------------------------------------- leases
+    def try_acquire(self, name: str) -> Lease | None:
+        """A lease on ``name`` if it is loaded (never blocks), else None."""
+        with self._cond:
+            slot = self._slots.get(name)
+            if slot is None or slot.state != "loaded" or slot.engine is None or not slot.engine.loaded:
+                return None
+            return self._lease(slot)
+
+    def _lease(self, slot: _Slot) -> Lease:
+        slot.users += 1
+        slot.last_used = time.monotonic()
+        assert slot.engine is not None
+        return Lease(self, slot, slot.engine)
+
+    def acquire(self, name: str, timeout: float = 60.0) -> Lease:
+        """A lease on ``name``, loading it first if need be (blocks: call it
+        off the IOLoop). ``busy`` when no room could be made within
+        ``timeout`` seconds (every loaded model is leased)."""
+        lease = self.try_acquire(name)
+        if lease is not None or self._fixed is not None:
+            return lease or self._lease(self._slots[name])
+        slot = self._slot_for(name)
+        deadline = time.monotonic() + timeout
+        if not self._load_lock.acquire(timeout=max(0.0, timeout)):
+            raise MnnEngineError("busy", f"waited {timeout:g} s for another model's load")
+        try:
+            if self._closed:
+                raise MnnEngineError("server_stopping", "the server is stopping")
+            with self._cond:
+                if slot.state == "loaded" and slot.engine is not None and slot.engine.loaded:
+                    return self._lease(slot)
+                victims = self._make_room(slot, deadline)
+            for victim in victims:
+                self._unload_slot(victim, "evicted")
+            return self._load(slot)
+        finally:
+            self._load_lock.release()
+
+    def _make_room(self, slot: _Slot, deadline: float) -> list[_Slot]:
+        """The idle models to unload (least recently used first) so that
+        ``slot`` fits; waits while the room is leased. Holds ``_cond``."""
+        while True:
+            loaded = [s for s in self._slots.values() if s.state == "loaded" and s is not slot]
+            idle = sorted((s for s in loaded if s.users == 0), key=lambda s: s.last_used)
+            size = self._size(slot)
+            victims: list[_Slot] = []
+            kept = list(loaded)
+            while self._over(kept, size) and idle:
+                victim = idle.pop(0)
+                victims.append(victim)
+                kept.remove(victim)
+            if not self._over(kept, size):
+                for victim in victims:
+                    victim.state = "unloading"
+                return victims
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                busy = ", ".join(s.name for s in kept if s.users)
+                raise MnnEngineError("busy", f"no room to load {slot.name}: {busy} in use "
+                                     f"(at most {self.max_loaded} loaded; serve --max-loaded)")
+            self._cond.wait(remaining)
+
+    def _over(self, kept: list[_Slot], size: int) -> bool:
+        """Whether a model of ``size`` bytes beside ``kept`` is one too many or
+        too big for the budget (alone, a model always loads)."""
+        too_many = len(kept) + 1 > self.max_loaded
+        too_big = bool(self.memory_budget) and bool(kept) and \
+            sum(self._size(s) for s in kept) + size > self.memory_budget
+        return too_many or too_big
+
+    def _size(self, slot: _Slot) -> int:
+        if not slot.size_bytes and slot.model_id is not None:
+            with contextlib.suppress(MnnEngineError, OSError):
+                slot.size_bytes = self.store.get(slot.model_id).size_bytes
+        return slot.size_bytes
+
+    def _load(self, slot: _Slot, overrides: Mapping[str, Any] | None = None) -> Lease:
+        """Load ``slot`` (holding ``_load_lock``) and lease it."""
+        options = model_options(self.store, slot.model_id, defaults=self.defaults, overrides=overrides)
+        engine = Engine(ModelStore(self.store.root), events=self.events)
+        with self._cond:
+            slot.state = "loading"
+            self._loading = {"model": slot.name, "started": time.time(), "progress": None}
+        started = time.monotonic()
+        try:
+            engine.load(slot.target, options)
+        except BaseException as exc:
+            engine.close()
+            with self._cond:
+                slot.state, self._loading = "unloaded", None
+                if isinstance(exc, MnnEngineError):
+                    self._last_error = {"code": exc.code, "message": exc.message, "time": time.time(),
+                                        "model": slot.name}
+                self._cond.notify_all()
+            raise
+        log.info("loaded %s in %.2f s (%d of at most %d loaded)", slot.name, time.monotonic() - started,
+                 self.loaded_count() + 1, self.max_loaded)
+        with self._cond:
+            slot.engine, slot.state, self._loading = engine, "loaded", None
+            self._cond.notify_all()
+            return self._lease(slot)
+
+    def _release(self, slot: _Slot, keep_alive: Any) -> None:
+        with self._cond:
+            slot.users = max(0, slot.users - 1)
+            slot.last_used = time.monotonic()
+            if self._fixed is None:
+                if keep_alive is ...:
+                    keep_alive = None if slot.keep_forever else self.keep_alive
+                else:
+                    slot.keep_forever = False  # a request said how long: the preloaded model follows it too
+                slot.expires = NEVER if keep_alive is None else slot.last_used + keep_alive
+            self._cond.notify_all()
+
+    def preload(self, model: str, overrides: Mapping[str, Any] | None = None) -> str:
+        """Load ``model`` (a store ID or a model directory) now, as the default
+        for requests that name none, kept loaded (``serve MODEL``). Returns
+        its served name. ``overrides``: load options for it alone (``serve``'s
+        flags, which are also the defaults for the rest)."""
+        model_id, path = self.store.resolve(model)
+        name = served_name(model_id, str(path))
+        with self._cond:
+            slot = self._slots.get(name)
+            if slot is None:
+                slot = self._slots[name] = _Slot(name, target=model_id or str(path), model_id=model_id)
+            slot.keep_forever = True
+        with self._load_lock:
+            lease = self._load(slot, {**self.defaults, **(overrides or {})})
+        lease.release()
+        self.default_name = name
+        return name
+
+    # ---------------------------------------------------------------- unloading
+    def unload(self, name: str) -> None:
+        """Unload ``name`` now (Ollama's ``keep_alive: 0`` with nothing to
+        generate); a leased model unloads when its lease ends. Blocks."""
+        if self._fixed is not None:
+            return
+        with self._load_lock:
+            with self._cond:
+                slot = self._slots.get(name)
+                if slot is None or slot.state != "loaded":
+                    return
+                slot.keep_forever, slot.expires = False, time.monotonic()
+                if slot.users:
+                    self._cond.notify_all()
+                    return
+                slot.state = "unloading"
+            self._unload_slot(slot, "keep_alive")
+
+    def _unload_slot(self, slot: _Slot, reason: str) -> None:
+        """Unload a slot marked ``unloading`` (holding ``_load_lock``)."""
+        engine = slot.engine
+        try:
+            if engine is not None:
+                engine.unload(reason)
+                engine.close()
+        finally:
+            with self._cond:
+                slot.engine, slot.state, slot.expires = None, "unloaded", NEVER
+                slot.keep_forever = False  # loaded again on demand, it follows the keep-alive
+                self._cond.notify_all()
+            give_back_memory()
+        log.info("unloaded %s (%s)", slot.name, reason)
+
+    def _reap(self) -> None:
+        """Unload models whose keep-alive ran out (the reaper thread)."""
+        while True:
+            with self._cond:
+                if self._closed:
+                    return
+                idle = [s for s in self._slots.values() if s.state == "loaded" and s.users == 0]
+                due = min((s.expires for s in idle), default=NEVER)
+                wait = due - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(None if due == NEVER else wait)
+                    continue
+            with self._load_lock:
+                with self._cond:
+                    now = time.monotonic()
+                    expired = [s for s in self._slots.values()
+                               if s.state == "loaded" and s.users == 0 and s.expires <= now]
+                    for slot in expired:
+                        slot.state = "unloading"
+                for slot in expired:
+                    try:
+                        self._unload_slot(slot, "expired")
+                    except Exception:  # the next request's load reports what is wrong
+                        log.exception("unloading %s failed", slot.name)
+
+    def close(self) -> None:
+        """Stop its background server if one runs, then unload every model
+        (waiting for a load in progress); the pool serves no more."""
+        if self._fixed is not None:
+            return
+        if self._server_state != "stopped":
+            with contextlib.suppress(MnnEngineError):  # serve_forever's server: stopped by its signal already
+                self.stop_server()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        with self._load_lock:
+            with self._cond:
+                loaded = [s for s in self._slots.values() if s.state == "loaded"]
+                for slot in loaded:
+                    slot.state = "unloading"
+            for slot in loaded:
+                self._unload_slot(slot, "closed")
+
+    # ---------------------------------------------------------------- what the server shows
+    def loaded_count(self) -> int:
+        with self._cond:
+            return sum(1 for s in self._slots.values() if s.state == "loaded")
+
+    def loaded_engines(self) -> list[tuple[str, Engine]]:
+        with self._cond:
+            return [(s.name, s.engine) for s in self._slots.values() if s.state == "loaded" and s.engine is not None]
+
+    @property
+    def generating(self) -> bool:
+        """Whether any model is generating (the server runs one generation at a time)."""
+        return any(engine.generating for _, engine in self.loaded_engines())
+
+    @property
+    def generation_cancelled(self) -> bool:
+        return any(engine.generation_cancelled for _, engine in self.loaded_engines())
+
+    def facts(self, name: str) -> ModelFacts:
+        """What a model is, from its files (reads them once: call it off the IOLoop)."""
+        with self._cond:
+            slot = self._slots.get(name)
+        if slot is None:
+            slot = self._slot_for(self.resolve(name))
+        if slot.facts is None:
+            if slot.model_id is not None:
+                info: ModelInfo = self.store.get(slot.model_id)
+                path, size, created = Path(info.path), info.size_bytes, info.created
+            else:
+                path = Path(slot.target)
+                size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+                created = path.stat().st_mtime
+            config = read_config(path / CONFIG_NAME)
+            kind = model_kind(model_files(path / CONFIG_NAME, config)["llm_model"])
+            context = config.get("max_all_tokens")
+            context = context if isinstance(context, int) and not isinstance(context, bool) and context > 1 \
+                else DEFAULT_CONTEXT
+            slot.facts = ModelFacts(slot.name, slot.model_id, path, kind, bool(config.get("is_visual")), size,
+                                    created, context, config)
+            slot.size_bytes = size
+        return slot.facts
+
+    def models(self) -> list[dict[str, Any]]:
+        """Every model this pool serves (the store's, and a preloaded
+        directory), with its state (reads the store: off the IOLoop)."""
+        if self.switching:
+            for model_id in self._store_ids():
+                self._slot_for(model_id)
+        with self._cond:
+            slots = list(self._slots.values())
+        if self._fixed is not None and not self._fixed.loaded:
+            return []  # its model failed and was unloaded: nothing is served
+        out = []
+        for slot in sorted(slots, key=lambda s: s.name):
+            try:
+                facts = self.facts(slot.name)
+            except MnnEngineError:
+                continue  # deleted meanwhile, or broken: not served
+            out.append(self._entry(slot, facts))
+        return out
+
+    def _entry(self, slot: _Slot, facts: ModelFacts) -> dict[str, Any]:
+        with self._cond:
+            engine = slot.engine if slot.state == "loaded" else None
+            users, state, expires = slot.users, slot.state, slot.expires
+        context = None
+        if engine is not None:
+            with contextlib.suppress(MnnEngineError):
+                context = engine.llm.context_limit
+        if context is None:  # what it would load with
+            context = facts.context_length
+            with contextlib.suppress(MnnEngineError):
+                context = model_options(self.store, slot.model_id, defaults=self.defaults).context_length or context
+        if users or state != "loaded" or expires == NEVER:
+            expires_at = None
+        else:
+            expires_at = time.time() + max(0.0, expires - time.monotonic())
+        return {"name": slot.name, "id": slot.model_id, "path": str(facts.path), "state": state,
+                "loaded": engine is not None, "kind": facts.kind, "vision": facts.is_visual,
+                "size_bytes": facts.size_bytes, "created": facts.created, "context_length": context,
+                "in_use": users, "expires_at": expires_at, "default": slot.name == self.default_name}
+
+    def snapshot(self) -> dict[str, Any]:
+        """The engine-style picture of the pool (/health): the model in
+        front (the default when loaded, else the one used last), the loaded
+        ones, a load in progress, the generation, the last error."""
+        if self._fixed is not None:
+            snap = self._fixed.snapshot()
+            snap["loading"] = None
+            return snap
+        with self._cond:
+            loaded = [s for s in self._slots.values() if s.state == "loaded" and s.engine is not None]
+            loading, last_error = self._loading, self._last_error
+            server = {"state": self._server_state, "address": self._server_address}
+        front = next((s for s in loaded if s.name == self.default_name), None) or \
+            max(loaded, key=lambda s: s.last_used, default=None)
+        snaps = {s.name: s.engine.snapshot() for s in loaded if s.engine is not None}
+        busy = [snap for snap in snaps.values() if snap["generation"]["state"] != "idle"]
+        if front is not None and front.name in snaps:
+            model = snaps[front.name]["model"]
+        else:
+            model = {"state": "loading" if loading else "unloaded", "id": None, "path": None, "options": None}
+        errors = [e for e in [last_error, *(s["last_error"] for s in snaps.values())] if e]
+        return {
+            "engine": "generating" if busy else ("loading" if loading else ("ready" if loaded else "idle")),
+            "model": model,
+            "loaded": [{"name": name, "id": snap["model"]["id"], "kind": snap["model"].get("kind"),
+                        "context_limit": snap["model"].get("context_limit")} for name, snap in snaps.items()],
+            "loading": loading,
+            "server": server,
+            "generation": busy[0]["generation"] if busy else {"state": "idle", "started": None},
+            "last_error": max(errors, key=lambda e: e.get("time", 0), default=None),
+        }
+
+    # ---------------------------------------------------------------- the server's lifecycle
+    def start_server(self, **options: Any) -> str:
+        """Serve these models over HTTP on a background thread (as
+        ``Engine.start_server``; ``options``: the server's settings); returns its URL."""
+        return server_launcher()[0](self, **options)
+
+    def stop_server(self) -> None:
+        server_launcher()[1](self)
+
+    def require_ready_for_server(self) -> None:
+        if self._fixed is not None:
+            self._fixed.require_model_for_server()
+        elif self._server_state != "stopped":
+            raise MnnEngineError("server_running", f"the server is already {self._server_state}")
+
+    def set_server_state(self, state: str, address: str | None = None) -> None:
+        if self._fixed is not None:
+            self._fixed.set_server_state(state, address)
+            return
+        with self._cond:
+            self._server_state, self._server_address = state, address
+        self.events.emit("server", state, address=address)
+
+    def pull(self, spec: str, **options: Any) -> ModelInfo:
+        """``store.pull`` with the pool's events (``Engine.pull``'s)."""
+        if self._fixed is not None:
+            return self._fixed.pull(spec, **options)
+        return pull_with_events(self.store, self.events, spec, **options)
+
+
+def check_keep_alive(seconds: Any) -> float | None:
+    """A keep-alive in seconds (None: forever), or ``invalid_argument``."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds != seconds:
+        raise MnnEngineError("invalid_argument", f"keep_alive must be a number of seconds (got {seconds!r})",
+                             param="keep_alive")
+    return None if seconds < 0 or seconds == float("inf") else float(seconds)
+
+
+def served_name(model_id: str | None, path: str | None) -> str | None:
+    """The name clients see: the store ID, else the model directory's name."""
+    if model_id:
+        return model_id
+    if path:
+        return path.rstrip("/").rsplit("/", 1)[-1] or "model"
+    return None
+
+
+def _names(asked: str, *names: str | None) -> bool:
+    """Whether ``asked`` names one of ``names``: itself, or once both are
+    slugged (``Qwen3-0.6B``, ``qwen3:0.6b``, ``tiny:latest`` name ``qwen3-0-6b``, ``tiny``)."""
+    wanted = _slug(asked)
+    return bool(wanted) and any(n and (n == asked or _slug(n) == wanted) for n in names)
+
+
+def _slug(name: str) -> str:
+    try:
+        return model_id_from_name(name.strip().removesuffix(":latest"))
+    except MnnEngineError:
+        return ""
+
+
+def _not_found(asked: str) -> MnnEngineError:
+    # Ollama's words (server/routes.go): model "x" not found, try pulling it first
+    return MnnEngineError("model_not_found", f'model "{asked}" not found, try pulling it first', param="model")
