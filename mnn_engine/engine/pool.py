@@ -145,16 +145,21 @@ class ModelPool:
 
     def __init__(self, store: ModelStore | None = None, *, defaults: Mapping[str, Any] | None = None,
                  max_loaded: int | None = None, keep_alive: float | None = DEFAULT_KEEP_ALIVE_S,
-                 memory_budget: int | None = None, total_ram: int | None = None) -> None:
-        self.store = store if store is not None else ModelStore()
-        self.store.in_use = self._in_use
-        self.events = EventStream()
-        self.switching = True
+                 memory_budget: int | None = None, total_ram: int | None = None,
+                 engine: Engine | None = None) -> None:
+        #: the one engine of a fixed pool (``fixed``), else None
+        self._fixed = engine
+        self.store = engine.store if engine is not None else store if store is not None else ModelStore()
+        self.switching = engine is None
+        self.events = engine.events if engine is not None else EventStream()
         self.defaults = dict(defaults or {})
         LoadOptions().updated(self.defaults)  # bad flags fail before anything loads
-        self.keep_alive = check_keep_alive(keep_alive)
-        ram = total_memory_bytes() if total_ram is None else total_ram
-        self.plan = plan_memory(ram, [info.size_bytes for info in self.store.list()], max_loaded)
+        self.keep_alive = None if engine is not None else check_keep_alive(keep_alive)
+        if engine is None:
+            ram = total_memory_bytes() if total_ram is None else total_ram
+            self.plan = plan_memory(ram, [info.size_bytes for info in self.store.list()], max_loaded)
+        else:
+            self.plan = MemoryPlan(1, 0, "--no-switch: the one model")
         self.max_loaded = self.plan.max_loaded
         self.memory_budget = memory_budget if memory_budget is not None else self.plan.memory_budget
         self.default_name: str | None = None
@@ -166,31 +171,22 @@ class ModelPool:
         self._last_error: dict[str, Any] | None = None
         self._server_state, self._server_address = "stopped", None
         self._closed = False
-        self._fixed: Engine | None = None
-        self._reaper = threading.Thread(target=self._reap, name="mnn-engine-reaper", daemon=True)
-        self._reaper.start()
+        if engine is not None:  # its model, as it is now: every request's
+            snap = engine.snapshot()["model"]
+            name = served_name(snap.get("id"), snap.get("path")) or "model"
+            self.default_name = name
+            self._slots[name] = _Slot(name, target=snap.get("path") or "", model_id=snap.get("id"), engine=engine,
+                                      state="loaded", keep_forever=True)
+            return
+        self.store.in_use = self._in_use
+        threading.Thread(target=self._reap, name="mnn-engine-reaper", daemon=True).start()
 
     @classmethod
     def fixed(cls, engine: Engine) -> ModelPool:
         """The plugin's rule: ``engine``'s loaded model answers every request,
         whatever it names; nothing is loaded or unloaded here (the engine's
         owner does that), and the engine itself records the server's state."""
-        pool = cls.__new__(cls)
-        pool.store, pool.events, pool.switching = engine.store, engine.events, False
-        pool.defaults, pool.keep_alive = {}, None
-        pool.plan = MemoryPlan(1, 0, "--no-switch: the one model")
-        pool.max_loaded, pool.memory_budget = 1, 0
-        pool._cond, pool._load_lock = threading.Condition(), threading.Lock()
-        pool._loading, pool._last_error, pool._closed = None, None, False
-        pool._server_state, pool._server_address = "stopped", None
-        pool._fixed = engine
-        snap = engine.snapshot()["model"]
-        name = served_name(snap.get("id"), snap.get("path"))
-        pool.default_name = name
-        slot = _Slot(name or "model", target=snap.get("path") or "", model_id=snap.get("id"), engine=engine,
-                     state="loaded", keep_forever=True)
-        pool._slots = {slot.name: slot}
-        return pool
+        return cls(engine=engine)
 
     # ---------------------------------------------------------------- names
     def _in_use(self, model_id: str) -> bool:
