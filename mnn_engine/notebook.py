@@ -14,6 +14,7 @@ from . import config
 
 if TYPE_CHECKING:
     from .engine.engine import Engine
+    from .engine.pool import ModelPool
 
 #: the catalog model the examples pull when the store is empty
 DEFAULT_MODEL = "qwen3-0.6b"
@@ -61,10 +62,17 @@ class ChatWidget:
     ``wait()`` blocks until the answer is complete (for scripts and tests).
     A stopped or failed answer keeps what was written, marked as such."""
 
-    def __init__(self, engine: Engine, **options: Any) -> None:
+    def __init__(self, engine: Engine | ModelPool, model: str | None = None, **options: Any) -> None:
         import ipywidgets as widgets
 
-        self.engine = engine
+        from .engine.pool import ModelPool
+
+        #: an Engine answers with its loaded model; a ModelPool with ``model`` (a name it serves),
+        #: leased for each answer and loaded if need be, as a server's request leases it
+        self.source = engine
+        self.pool = engine if isinstance(engine, ModelPool) else None
+        self.model = self.pool.resolve(model) if self.pool is not None else model
+        self.engine: Any = engine if self.pool is None else None  # the engine of the answer being written
         self.options = options
         self.messages: list[dict[str, str]] = []
         self.prompt = widgets.Textarea(placeholder="Type a message…", layout=widgets.Layout(width="100%"))
@@ -94,7 +102,8 @@ class ChatWidget:
         """Stop the answer being written (what Stop does); it keeps its text."""
         if self.answering:
             self._stopping = True
-            self.engine.cancel_generation()
+            if self.engine is not None:
+                self.engine.cancel_generation()
 
     def new_chat(self) -> None:
         self.stop()
@@ -140,10 +149,22 @@ class ChatWidget:
         self.output.outputs = ()
         self.output.append_display_data(Markdown(transcript))
 
+    def _pieces(self) -> Any:
+        if self._stopping:  # Stop came while its model loaded: no answer
+            return iter(())
+        return self.engine.stream_chat(self.messages, context_overflow="truncate", **self.options)
+
     def _answer(self) -> None:
         text, shown, note = "", 0.0, ""
+        lease = None
         try:
-            for piece in self.engine.stream_chat(self.messages, context_overflow="truncate", **self.options):
+            if self.pool is not None:
+                if self.model not in dict(self.pool.loaded_engines()):
+                    self.status.value = f"loading {self.model}…"
+                lease = self.pool.acquire(self.model)
+                self.engine = lease.engine
+                self.status.value = "answering…"
+            for piece in self._pieces():
                 text += piece
                 if time.monotonic() - shown >= _REFRESH_S:
                     self._render(text)
@@ -157,6 +178,8 @@ class ChatWidget:
             note = f"(interrupted: {exc})"
             self.status.value = f"error: {exc}"
         finally:
+            if lease is not None:
+                lease.release()
             if text:  # what was written stays, marked
                 self.messages.append({"role": "assistant", "content": text})
             elif self.messages and self.messages[-1]["role"] == "user":
@@ -167,10 +190,11 @@ class ChatWidget:
             self.send_button.disabled, self.stop_button.disabled = False, True
 
 
-def chat_widget(engine: Engine, **options: Any) -> ChatWidget:
-    """A chat widget on the engine's loaded model; ``options`` are sampling
-    settings (``temperature``, ``max_tokens``, ...). Needs ``ipywidgets``
-    (``pip install 'mnn-engine[notebook]'``)."""
+def chat_widget(engine: Engine | ModelPool, model: str | None = None, **options: Any) -> ChatWidget:
+    """A chat widget on the engine's loaded model, or on ``model`` of a
+    ``ModelPool`` (a store's models by name, loaded when used; None: its
+    default); ``options`` are sampling settings (``temperature``,
+    ``max_tokens``, ...). Needs ``ipywidgets`` (``pip install 'mnn-engine[notebook]'``)."""
     try:
         import ipywidgets  # noqa: F401
     except ImportError as exc:
@@ -178,4 +202,4 @@ def chat_widget(engine: Engine, **options: Any) -> ChatWidget:
 
         raise MnnEngineError("invalid_argument", "the chat widget needs ipywidgets: "
                              "pip install 'mnn-engine[notebook]'", param="notebook") from exc
-    return ChatWidget(engine, **options)
+    return ChatWidget(engine, model, **options)

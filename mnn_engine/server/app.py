@@ -289,12 +289,17 @@ class OpenApiHandler(JsonHandler):
         self.send_json(openapi_spec())
 
 
-def openai_model(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """A served model as OpenAI's ``Model`` object, with what it is beside it."""
-    data = {"id": entry["name"], "object": "model", "created": int(entry["created"]), "owned_by": "mnn-engine",
-            "kind": entry["kind"], "loaded": entry["loaded"]}
-    if entry["context_length"] is not None:
-        data["context_length"] = entry["context_length"]
+def openai_models(models: ServedModels) -> list[dict[str, Any]]:
+    """Every served model as OpenAI's ``Model`` object, with what it is
+    beside it: kind, loaded, context length, capabilities (Ollama's names).
+    Reads the models' files: run off the IOLoop."""
+    data = []
+    for entry in models.models():
+        facts = models.facts(entry["name"])
+        data.append({"id": entry["name"], "object": "model", "created": int(entry["created"]),
+                     "owned_by": "mnn-engine", "kind": entry["kind"], "loaded": entry["loaded"],
+                     "context_length": entry["context_length"],
+                     "capabilities": model_capabilities(facts.kind, facts.config)})
     return data
 
 
@@ -303,8 +308,7 @@ class ModelsHandler(JsonHandler):
     ``GET /v1/models/{id}`` (the SDK's ``models.retrieve``)."""
 
     async def get(self, model: str | None = None) -> None:
-        entries = await asyncio.wrap_future(self.ctx.text_work.submit(self.ctx.models.models))
-        data = [openai_model(entry) for entry in entries]
+        data = await asyncio.wrap_future(self.ctx.text_work.submit(openai_models, self.ctx.models))
         if model is None:
             self.send_json({"object": "list", "data": data})
             return

@@ -492,6 +492,49 @@ def test_thinking_is_offered_and_shown_only_for_models_that_think(page, tmp_path
     assert not page.find_element(By.ID, "attach-label").is_displayed()  # not a vision model: no image button
 
 
+def test_the_model_picker_lists_the_store_and_each_answer_comes_from_the_picked_model(page, tmp_path):
+    from types import SimpleNamespace
+
+    from selenium.webdriver.support.ui import Select
+    from support import test_model_dir
+
+    from mnn_engine import ModelPool, ModelStore
+
+    store = ModelStore(tmp_path / "store")
+    for name, model_id in (("tiny-scripted", "scripted"), ("tiny-thinking", "thinking"), ("smollm2-135m", "smollm"),
+                           ("tiny-embedding", "embed")):
+        store.import_model(test_model_dir(name), model_id=model_id)
+    pool = ModelPool(store, defaults={"threads": 1}, max_loaded=1, keep_alive=None)
+    live = SimpleNamespace(url=pool.start_server(port=0))
+    try:
+        _open(page, live)  # ready with nothing loaded: the picked model loads when asked
+
+        def options() -> list[str]:
+            return [o.text for o in Select(page.find_element(By.ID, "model-picker")).options]
+
+        # an embedder cannot chat: not offered
+        assert options() == ["scripted (loads when used)", "smollm (loads when used)", "thinking (loads when used)"]
+        Select(page.find_element(By.ID, "model-picker")).select_by_value("smollm")
+        assert not page.find_element(By.ID, "think-label").is_displayed()  # its template has no <think>
+        Select(page.find_element(By.ID, "model-picker")).select_by_value("thinking")
+        assert page.find_element(By.ID, "think-label").is_displayed()  # the picked model thinks
+        _set(page, "temp", "0")
+        _type(page, "Hi")
+        answer = _last_done(page)
+        assert THINKING_TEXT.endswith(answer["body"]) and _sent(page)[-1]["model"] == "thinking"
+        # /events: it loaded
+        _wait(page, lambda d: options() == ["scripted (loads when used)", "smollm (loads when used)", "thinking"])
+        Select(page.find_element(By.ID, "model-picker")).select_by_value("scripted")
+        _type(page, "Again")
+        _wait(page, lambda d: len(_answers(d)) == 2 and _last_done(d))
+        assert _last_done(page)["body"] == SCRIPTED_TEXT and _sent(page)[-1]["model"] == "scripted"
+        # one at a time: swapped
+        _wait(page, lambda d: options() == ["scripted", "smollm (loads when used)", "thinking (loads when used)"])
+        _shot(page, tmp_path, "model-picker")
+    finally:
+        pool.close()
+
+
 def _png(path, width: int, height: int) -> None:
     """A plain RGB PNG (zlib and struct: no imaging library needed)."""
     import struct

@@ -184,6 +184,33 @@ def load_section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def switching_section(data: dict[str, Any]) -> list[str]:
+    lines = ["## Switching models (`tools/bench/switching.py`)", "",
+             f"A server of the store with `--max-loaded 1`, {data['threads']} threads: the time from a one-token "
+             "streamed chat request to its first token, at the client, medians of "
+             f"{data['rounds']} rounds. Stay: the model is loaded (the baseline of the same round); switch: the "
+             "request names the other model, which loads in its turn after the loaded one unloads (warm: files and "
+             "MNN's mmap cache in the page cache; cold: the page cache dropped first). First load: the model's "
+             "first load ever (the first-touch child, MNN preparing its mmap cache). Ratios: switch / stay, paired.",
+             "", "| model | weights MiB | first load s | stay s | switch warm s | warm / stay | switch cold s | "
+             "cold / stay |", "|---|---|---|---|---|---|---|---|"]
+    for name, row in data["rows"].items():
+        cold = f"{row['switch_cold_s']:.3f} | {row['switch_cold_ratio']:.1f}x" if row["switch_cold_s"] is not None \
+            else "- | -"
+        lines.append(f"| {name} | {row['weights_mib']:.0f} | {row['first_load_s']:.2f} | {row['stay_s']:.3f} | "
+                     f"{row['switch_warm_s']:.3f} | {row['switch_warm_ratio']:.1f}x | {cold} |")
+    lines += ["", "Memory of the server process (RSS, MiB), each model loaded on its own, then unloaded "
+              "(`keep_alive: 0`): after an unload the process gives back what the load took, within the margin "
+              "the suite asserts (a quarter of what the load added).", "",
+              "| model | weights MiB | before | loaded | after unload | given back |", "|---|---|---|---|---|---|"]
+    for name, row in data["memory"].items():
+        added = row["loaded_mib"] - row["before_mib"]
+        back = (row["loaded_mib"] - row["after_unload_mib"]) / added if added > 0 else 1.0
+        lines.append(f"| {name} | {row['weights_mib']:.0f} | {row['before_mib']:.0f} | {row['loaded_mib']:.0f} | "
+                     f"{row['after_unload_mib']:.0f} | {back:.0%} |")
+    return lines
+
+
 def kv_quality_section(data: dict[str, Any]) -> list[str]:
     lines = ["## KV-cache quantisation: what it costs in quality (`tools/bench/kv_quality.py`)", "",
              f"SmolLM2-135M (real weights) scores a {data['tokens']}-token English text (`Llm.score`, teacher "
@@ -400,6 +427,7 @@ def main() -> None:
     args = parser.parse_args()
     sections = [("loop", loop_section), ("http", http_section), ("memory", memory_section),
                 ("ceiling", ceiling_section), ("peers", peers_section), ("load", load_section),
+                ("switching", switching_section),
                 ("kv_quality", kv_quality_section), ("profile", profile_section),
                 ("conversation", conversation_section), ("cache_exactness", cache_exactness_section),
                 ("threads", threads_section), ("structured", structured_section),

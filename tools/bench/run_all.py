@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SUITE = ["engine.py", "http_stream.py", "memory.py", "ceiling.py", "peers.py", "load.py", "kv_quality.py",
+SUITE = ["engine.py", "http_stream.py", "memory.py", "ceiling.py", "peers.py", "load.py", "switching.py",
+         "kv_quality.py",
          "decode_profile.py", "conversation.py", "cache_exactness.py", "threads.py",
          "structured.py", "speculative.py"]
 

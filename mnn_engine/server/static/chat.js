@@ -405,8 +405,9 @@ function drawStreaming(force) {  // only the answer being written is redrawn
   if (old) old.replaceWith(fresh); else box.append(fresh);
   if (atBottom) box.scrollTop = box.scrollHeight;
 }
-function drawContext() {
-  const limit = server.health && server.health.model && server.health.model.context_limit;
+function drawContext() {  // the picked model's context (a store's server lists each model's)
+  const picked = server.models.find((m) => m.id === $("model-picker").value);
+  const limit = (picked && picked.context_length) || (server.health && server.health.model && server.health.model.context_limit);
   const used = conv.context_used;
   $("context").textContent = limit ? `${used ? used : 0} / ${limit} tokens` : "";
   $("context").title = limit ? `context used by this conversation's last answer: ${used || 0} of ${limit} tokens` : "";
@@ -469,7 +470,15 @@ async function probeAuth() {  // an authenticated request, so a missing or wrong
     server.auth = "ok";
     if (r.ok) { try { server.models = (await r.json()).data || []; } catch (e) { server.models = []; } }
   }
-  showAuth(); fillPicker(); showBanner(); updateControls();
+  showAuth(); fillPicker(); showHealth(); showBanner();
+}
+async function refreshModels() {  // a model loaded, unloaded or pulled: the picker shows it
+  if (server.auth !== "ok") return;
+  try {
+    const r = await fetch("/v1/models", {headers: headers(), cache: "no-store"});
+    if (r.ok) server.models = (await r.json()).data || [];
+  } catch (e) { return; }
+  fillPicker(); showHealth();
 }
 function showAuth() {
   const note = $("key-note");
@@ -481,23 +490,35 @@ function showAuth() {
     openSettings(true);
   } else note.textContent = $("key").value.trim() ? "Key accepted." : "";
 }
+function chatModels() {  // what the picker offers: the models that chat (an embedding model does not)
+  return server.models.filter((m) => m.kind !== "embedding");
+}
 function fillPicker() {
   const picker = $("model-picker");
-  const loaded = server.health && server.health.model && server.health.model.name;
-  const ids = server.models.map((m) => m.id);
-  if (loaded && !ids.includes(loaded)) ids.unshift(loaded);
-  const keep = conv.settings.model && ids.includes(conv.settings.model) ? conv.settings.model : loaded || ids[0] || "";
-  picker.replaceChildren(...ids.map((id) => el("option", {value: id, text: id})));
+  const front = server.health && server.health.model && server.health.model.name;
+  const models = chatModels();
+  const ids = models.map((m) => m.id);
+  if (front && !ids.includes(front) && !server.models.some((m) => m.id === front)) ids.unshift(front);
+  const keep = conv.settings.model && ids.includes(conv.settings.model) ? conv.settings.model
+    : ids.includes(front) ? front : ids[0] || "";
+  picker.replaceChildren(...ids.map((id) => {
+    const m = models.find((x) => x.id === id);
+    return el("option", {value: id, text: m && m.loaded === false ? id + " (loads when used)" : id});
+  }));
   if (!ids.length) picker.append(el("option", {value: "", text: "no model"}));
   picker.value = keep;
+}
+function pickedCapabilities(h) {  // the picked model's, else the server's model in front
+  const picked = server.models.find((m) => m.id === $("model-picker").value);
+  return (picked && picked.capabilities) || (h.model && h.model.capabilities) || [];
 }
 function showHealth() {
   const h = server.health;
   if (!h) return;
-  const caps = (h.model && h.model.capabilities) || [];
+  const caps = pickedCapabilities(h);
   $("think-label").hidden = !caps.includes("thinking");
   $("attach-label").hidden = !caps.includes("vision");
-  if (!server.models.length || ![...$("model-picker").options].some((o) => o.value === h.model.name)) fillPicker();
+  if (!server.models.length || (h.model.name && ![...$("model-picker").options].some((o) => o.value === h.model.name))) fillPicker();
   drawContext(); updateControls();
 }
 function showBanner() {
@@ -509,9 +530,11 @@ function showBanner() {
   else if (storageFull) banner.append("The browser's storage is full: this conversation is not saved. Export and delete old conversations.");
   banner.hidden = !banner.childNodes.length;
 }
-function ready() {
+function switching(h) { return !!(h && h.models && h.models.switching); }
+function ready() {  // a store's server loads the picked model when asked; a one-model server needs it loaded
   const h = server.health;
-  return server.reachable === true && server.auth === "ok" && h && h.status === "ok" && h.model && h.model.state === "loaded";
+  return server.reachable === true && server.auth === "ok" && h && h.status === "ok" &&
+    (switching(h) ? !!$("model-picker").value : h.model && h.model.state === "loaded");
 }
 function updateControls() {
   const h = server.health;
@@ -521,8 +544,11 @@ function updateControls() {
   else if (server.auth === "needed" || server.auth === "wrong") { text = "needs API key"; cls = "bad"; }
   else if (h) {
     const generating = h.generation && h.generation.state !== "idle";
-    text = h.status !== "ok" ? h.status : h.model.state !== "loaded" ? "no model" : generating ? "generating" : "ready";
-    cls = h.status !== "ok" || h.model.state !== "loaded" ? "bad" : generating ? "busy" : "ok";
+    const loading = h.models && h.models.loading;
+    const none = switching(h) ? !$("model-picker").value : h.model.state !== "loaded";
+    text = h.status !== "ok" ? h.status : loading ? "loading " + loading.model : none ? "no model"
+      : generating ? "generating" : "ready";
+    cls = h.status !== "ok" || none ? "bad" : generating || loading ? "busy" : "ok";
   }
   status.textContent = text; status.className = "pill " + cls;
   $("stop").disabled = !run;
@@ -530,7 +556,8 @@ function updateControls() {
   const why = server.reachable === false ? "The server is not reachable; retrying."
     : server.auth === "needed" ? "Enter the server's API key in Settings."
     : server.auth === "wrong" ? "The API key was refused; fix it in Settings."
-    : h && h.model && h.model.state !== "loaded" ? "No model is loaded on the server."
+    : h && switching(h) && !$("model-picker").value ? "The server has no chat model: pull one (models pull NAME)."
+    : h && !switching(h) && h.model && h.model.state !== "loaded" ? "No model is loaded on the server."
     : TOUCH.matches ? "" : "Enter sends, Shift+Enter starts a new line.";
   hint(why);
 }
@@ -546,7 +573,7 @@ async function followEvents() {  // pushed state changes; its end is the first s
   server.events = abort;
   try {
     const r = await fetch("/events", {headers: headers(), signal: abort.signal});
-    if (r.ok) await readEvents(r, () => refresh());
+    if (r.ok) await readEvents(r, (data) => { refresh(); if (/"kind":"(model|pull)"/.test(data)) refreshModels(); });
   } catch (e) { /* aborted, or the server went away */ }
   if (server.events !== abort) return;
   server.events = null;
@@ -818,6 +845,7 @@ function start() {
   $("choice-drop").addEventListener("click", () => { conv.messages.pop(); sendNow($("prompt").value); });
   $("choice-cancel").addEventListener("click", () => { $("choice").hidden = true; $("prompt").focus(); });
   for (const id of [...Object.keys(NUMBERS), ...Object.keys(TEXTS), "think", "model-picker"]) $(id).addEventListener("change", readSettings);
+  $("model-picker").addEventListener("change", showHealth);  // its thinking switch, image button and context
   let keyTimer = null;
   const keyChanged = () => { localStorage.setItem(KEYS.key, $("key").value); probeAuth(); followEvents(); };
   $("key").addEventListener("change", keyChanged);
