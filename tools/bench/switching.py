@@ -18,8 +18,11 @@ measured at the client:
   prepares its weights and writes the cache, after the first-touch child).
 
 Ratios are switch / stay of the same round (paired). Memory: the server
-process's RSS before any load, with the model loaded (after one answer), and
-after it is unloaded (``keep_alive: 0``), per model.
+process's RSS before a load, with the model loaded (after one answer), and
+after it is unloaded (``keep_alive: 0``), per model, once every model has
+been loaded once (a process's first load and answer also import and build
+what stays for its life); then again without the allocator's give-back
+(``runtime.memory.give_back_memory``), to show what it is for.
 """
 
 from __future__ import annotations
@@ -60,6 +63,19 @@ def first_token_s(url: str, model: str) -> float:
         conn.close()
 
 
+def memory_pass(url: str, pool, sizes: dict[str, int], rss_bytes) -> dict[str, dict[str, float]]:
+    """RSS before, loaded (after one answer) and after the unload, per model."""
+    rows = {}
+    for model in MODELS:
+        before = rss_bytes()
+        first_token_s(url, model)
+        loaded = rss_bytes()
+        pool.unload(model)
+        rows[model] = {"before_mib": before / 2**20, "loaded_mib": loaded / 2**20,
+                       "after_unload_mib": rss_bytes() / 2**20, "weights_mib": sizes[model] / 2**20}
+    return rows
+
+
 def drop_caches() -> bool:
     if not os.access(DROP_CACHES, os.W_OK):
         return False
@@ -86,16 +102,19 @@ def main() -> None:
         pool = ModelPool(store, defaults={"threads": args.threads}, max_loaded=1, keep_alive=None)
         url = pool.start_server(port=0)
         try:
-            memory = {}
-            base = rss_bytes()
             first = {}
-            for model in MODELS:  # the first load ever, then RSS loaded and after its unload
+            for model in MODELS:  # the first load ever
                 first[model] = first_token_s(url, model)
-                loaded = rss_bytes()
                 pool.unload(model)
-                memory[model] = {"before_mib": base / 2**20, "loaded_mib": loaded / 2**20,
-                                 "after_unload_mib": rss_bytes() / 2**20, "weights_mib": sizes[model] / 2**20}
-                base = rss_bytes()
+            memory = {"give_back": memory_pass(url, pool, sizes, rss_bytes)}
+            import mnn_engine.engine.pool as pool_module
+
+            kept = pool_module.give_back_memory
+            pool_module.give_back_memory = lambda: None
+            try:
+                memory["no_give_back"] = memory_pass(url, pool, sizes, rss_bytes)
+            finally:
+                pool_module.give_back_memory = kept
             rows = {}
             names = list(MODELS)
             cold_ok = True
