@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -15,6 +16,13 @@ from support import test_model_dir
 from mnn_engine import Engine, ModelStore
 
 KEY = "s3cret-key"
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (for a server started as a separate process)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 class Live:

@@ -486,6 +486,10 @@ class ModelPool:
             slot = self._slots.get(name)
         if slot is None:
             slot = self._slot_for(self.resolve(name))
+        if slot.facts is not None and slot.model_id is not None:
+            with contextlib.suppress(OSError):  # replaced since (pull --update, import --replace): read it again
+                if self.store.path(slot.model_id).stat().st_mtime != slot.facts.created:
+                    slot.facts = None
         if slot.facts is None:
             if slot.model_id is not None:
                 info: ModelInfo = self.store.get(slot.model_id)

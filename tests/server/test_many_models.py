@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import ollama
 import openai
 import pytest
-from live_server import sse_events
+from live_server import free_port, sse_events
 from support import SCRIPTED_TEXT, test_model_dir
 
 from mnn_engine import ModelPool, ModelStore
@@ -354,18 +353,12 @@ def test_rss_comes_back_after_an_unload(tmp_path):
 
 
 # ---------------------------------------------------------------- the command line
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_sigterm_during_a_load_exits_cleanly(tmp_path):
     home = tmp_path / "home"
     store = ModelStore(home)
     store.import_model(test_model_dir("smollm2-135m"), model_id="smollm")
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, MNN_ENGINE_HOME=str(home))
     proc = subprocess.Popen([sys.executable, "-m", "mnn_engine", "serve", "--port", str(port), "--threads", "1"],
                             env=env, stderr=subprocess.PIPE, text=True, cwd="/")

@@ -15,7 +15,7 @@ import urllib.request
 
 import openai
 import pytest
-from live_server import KEY, Live, server_fixture, sse_events
+from live_server import KEY, Live, free_port, server_fixture, sse_events
 from support import SCRIPTED_TEXT, THINKING_TEXT, test_model_dir
 
 from mnn_engine import Engine, MnnEngineError, ModelStore
@@ -376,14 +376,8 @@ def test_generation_failure_unloads_and_the_server_says_so(tmp_path):
         live.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_serve_command_runs_until_sigterm(tmp_path):
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, MNN_ENGINE_HOME=str(tmp_path / "home"))
     proc = subprocess.Popen([sys.executable, "-m", "mnn_engine", "serve", str(test_model_dir("tiny-scripted")),
                              "--port", str(port), "--threads", "1", "--api-key", KEY],
@@ -414,7 +408,7 @@ def test_serve_command_runs_until_sigterm(tmp_path):
 
 
 def test_all_interfaces_without_a_key_warns(tmp_path):
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, MNN_ENGINE_HOME=str(tmp_path / "home"))
     proc = subprocess.Popen([sys.executable, "-m", "mnn_engine", "serve", str(test_model_dir("tiny")),
                              "--all-interfaces", "--port", str(port), "--threads", "1"],
@@ -439,9 +433,9 @@ def test_serve_without_model_serves_the_store_and_defaults_to_the_last_loaded(tm
     env = dict(os.environ, MNN_ENGINE_HOME=str(home))
     # --no-switch is one model for the server's life: with none named and none loaded before, nothing to serve
     none_yet = subprocess.run([sys.executable, "-m", "mnn_engine", "serve", "--no-switch", "--port",
-                               str(_free_port())], env=env, capture_output=True, text=True, timeout=60, cwd="/")
+                               str(free_port())], env=env, capture_output=True, text=True, timeout=60, cwd="/")
     assert none_yet.returncode == 2 and "[model_not_found]" in none_yet.stderr
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "mnn_engine", "serve", "--port", str(port), "--threads", "1"],
                             env=env, stderr=subprocess.PIPE, text=True, cwd="/")
     try:
