@@ -275,6 +275,7 @@ class ModelPool:
         if lease is not None or self._fixed is not None:
             return lease or self._lease(self._slots[name])
         slot = self._slot_for(name)
+        self._size(slot)  # read now, not while _cond is held (the IOLoop's try_acquire takes it)
         deadline = time.monotonic() + timeout
         if not self._load_lock.acquire(timeout=max(0.0, timeout)):
             raise MnnEngineError("busy", f"waited {timeout:g} s for another model's load")
@@ -324,6 +325,7 @@ class ModelPool:
         return too_many or too_big
 
     def _size(self, slot: _Slot) -> int:
+        """A slot's weights on disk (read once; the loaded ones' were read before their load)."""
         if not slot.size_bytes and slot.model_id is not None:
             with contextlib.suppress(MnnEngineError, OSError):
                 slot.size_bytes = self.store.get(slot.model_id).size_bytes
@@ -331,6 +333,7 @@ class ModelPool:
 
     def _load(self, slot: _Slot, overrides: Mapping[str, Any] | None = None) -> Lease:
         """Load ``slot`` (holding ``_load_lock``) and lease it."""
+        self._size(slot)
         options = model_options(self.store, slot.model_id, defaults=self.defaults, overrides=overrides)
         engine = Engine(ModelStore(self.store.root), events=self.events)
         with self._cond:

@@ -421,7 +421,8 @@ class BodyHandler(JsonHandler):
                 future.add_done_callback(lambda f: f.exception() is None and f.result().release())
                 raise
         self._lease, self.engine = lease, lease.engine
-        if self.closed:
+        if self.closed:  # its lease goes back now: nothing is written to a client that left
+            self.release_model()
             raise MnnEngineError("generation_cancelled", "the client left while its model loaded")
         return lease.engine
 

@@ -47,7 +47,7 @@ from ..api.openai_chat import ChatRequest, ImagePolicy
 from ..errors import MnnEngineError, invalid
 from ..hub.sources import UrlPolicy
 from ..runtime.generation import GenerationResult
-from ..runtime.model_files import parameter_count, parameter_size
+from ..runtime.model_files import CONFIG_NAME, parameter_count, parameter_size, read_config
 from .app import BodyHandler, JsonHandler, error_body, model_capabilities
 from .session import GenerationSession
 
@@ -71,8 +71,6 @@ def _quantization(model_dir: Path) -> str:
 def _details(config_path: Path, created: float, family: str) -> tuple[dict[str, Any], int]:
     """Ollama's ``details`` of a model and its parameter count, from its files
     (reads the graph: run off the IOLoop; kept per version of the files)."""
-    from ..runtime.model_files import read_config
-
     count = parameter_count(config_path, read_config(config_path))
     return ({"parent_model": "", "format": "mnn", "family": family, "families": [family] if family else None,
              "parameter_size": parameter_size(count), "quantization_level": _quantization(config_path.parent)},
@@ -80,7 +78,7 @@ def _details(config_path: Path, created: float, family: str) -> tuple[dict[str, 
 
 
 def _facts_details(facts: Any) -> tuple[dict[str, Any], int]:
-    return _details(facts.path / "config.json", facts.created, str(facts.config.get("model_type", "")))
+    return _details(facts.path / CONFIG_NAME, facts.created, str(facts.config.get("model_type", "")))
 
 
 def _iso(timestamp: float) -> str:
@@ -232,8 +230,9 @@ class _Generation(OllamaBodyHandler):
 
     async def load_only(self, model: str, frame: dict[str, Any]) -> None:
         """docs/api.md: a request with nothing to generate loads the model
-        (``done_reason`` "load"), or with ``keep_alive: 0`` unloads it ("unload")."""
-        if self.keep_alive == 0:
+        (``done_reason`` "load"), or with ``keep_alive: 0`` unloads it ("unload";
+        a one-model server, ``--no-switch``, keeps its model: "load")."""
+        if self.keep_alive == 0 and self.ctx.models.switching:
             await asyncio.wrap_future(self.ctx.loads.submit(self.ctx.models.unload, model))
             reason = "unload"
         else:
@@ -310,7 +309,7 @@ class GenerateHandler(_Generation):
 class PullHandler(OllamaBodyHandler):
     """Pull through the store: a catalog name (``qwen3-0.6b``, also written
     ``qwen3:0.6b``), ``hf:ORG/NAME``, ``modelscope:ORG/NAME`` or a manifest URL.
-    The pulled model is in the store; the server keeps serving the loaded one."""
+    The pulled model is in the store, and a server of the store serves it by name at once."""
 
     async def post(self) -> None:
         body = self.parse_body()
