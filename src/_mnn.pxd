@@ -41,6 +41,7 @@ cdef extern from "mnn_llm_api.h" namespace "MNN::Transformer" nogil:
         void generate_init(ostream* os, const char* end_with)
         vector[int] tokenizer_encode(const string& query) except +
         VARP forward(const vector[int]& input_ids, cbool is_prefill)
+        VARP embedding(const vector[int]& input_ids)
         string tokenizer_decode(int token)
         cbool is_stop(int token)
         string apply_chat_template(const vector[pair[string, string]]& messages) except +

@@ -28,6 +28,7 @@ from typing import Any
 from ..errors import MnnEngineError
 from ..runtime import media
 from ..runtime.generation import GenerationResult, TokenLogprob
+from ..runtime.image_header import ImageRefused, read_header
 from ..runtime.prompt import ChatMessages, chat_messages
 from ..scratch import scratch_dir
 
@@ -285,8 +286,6 @@ def _image_file(spec: Any, where: str, policy: ImagePolicy, request: ChatRequest
             data = base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise bad(where, "the image data URL is not valid base64") from exc
-        kind = "".join(ch for ch in header[11:-7].split("+")[0] if ch.isalnum())[:10]
-        suffix = f".{kind or 'img'}"
     elif url.startswith("file://"):
         if not policy.allow_file_urls:
             raise bad(where, "file:// image URLs are not allowed on this server")
@@ -295,11 +294,15 @@ def _image_file(spec: Any, where: str, policy: ImagePolicy, request: ChatRequest
             raise bad(where, f"no image file at {path}")
         if path.stat().st_size > policy.max_image_bytes:
             raise bad(where, f"the image is larger than {policy.max_image_bytes} bytes")
-        data, suffix = path.read_bytes(), path.suffix
+        data = path.read_bytes()
     else:
         raise bad(where, "image URLs must be data: URLs (the server fetches nothing from the network)")
     if not data:
         raise bad(where, "the image is empty")
+    try:  # before MNN decodes it: a format it reads, a size it can hold (runtime/image_header.py)
+        suffix = "." + read_header(data).format
+    except ImageRefused as exc:
+        raise bad(where, f"{where}: {exc}") from exc
     if request.image_dir is None:
         request.image_dir = tempfile.mkdtemp(prefix="images-", dir=scratch_dir())  # mode 0700
     path = Path(request.image_dir) / f"{len(request.images)}{suffix}"

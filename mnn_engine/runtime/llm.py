@@ -181,6 +181,8 @@ class Llm:
         self._max_token_bytes = 1
         self._exact_cuts = False
         self._embedding_wrap: tuple[str, str] | None = None
+        #: MNN holds an image or audio text's encoder output that no forward has taken yet (``_encode``)
+        self._media_pending = False
         self.embedding_dim = 0  # of an embedding model's vectors
         self.last_result: GenerationResult | None = None
         self.load_seconds = 0.0  # of the last load(): MNN reading the model, without the warm-up forward
@@ -467,9 +469,21 @@ class Llm:
     def _encode(self, core: _mnn.LlmCore, text: str, limit: int, cancelled: Callable[[], bool]) -> list[int] | None:
         """The one way text reaches MNN's tokenizer: media tags are guarded
         first (``mnn_engine.runtime.media``: MNN opens the file a tag names), then the
-        text is tokenized in segments; None when it has more than ``limit`` ids."""
-        return tokenize_bounded(core.tokenize, media.guard(text), limit=limit, exact_cuts=self._exact_cuts,
-                                cancelled=cancelled)
+        text is tokenized in segments; None when it has more than ``limit`` ids.
+
+        Text with images or audio goes to MNN in one call (its tokenizer
+        computes the multimodal RoPE positions per call), and MNN's
+        encoder output of an earlier such text that was never generated from
+        is dropped first (``LlmCore.drop_media``)."""
+        guarded = media.guard(text)
+        if not media.has_media(guarded):
+            return tokenize_bounded(core.tokenize, guarded, limit=limit, exact_cuts=self._exact_cuts,
+                                    cancelled=cancelled)
+        media.check_images(guarded)
+        if self._media_pending:
+            core.drop_media()
+        self._media_pending = True  # until a generation's forward takes the embeddings
+        return tokenize_bounded(core.tokenize, guarded, limit=limit, exact_cuts=False, cancelled=cancelled)
 
     def _tokens_within(self, core: _mnn.LlmCore, text: str, limit: int,
                        cancelled: Callable[[], bool]) -> list[int] | None:
@@ -605,7 +619,10 @@ class Llm:
                 with_media = text is not None and media.has_media(text)
                 settings.reuse = (self.prompt_cache if config.cache_prompt is None else config.cache_prompt) \
                     and not with_media
+                settings.whole_prefill = with_media
                 outcome = run.core.generate(ids, settings, callback, constraint)
+                if with_media and outcome.prompt_tokens:  # its prefill took the embeddings
+                    self._media_pending = False
                 if with_media:
                     run.core.forget()
         finally:

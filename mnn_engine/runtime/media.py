@@ -20,7 +20,12 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 
+from ..errors import MnnEngineError
+from .image_header import ImageRefused, read_header
+
 WORD_JOINER = "\u2060"
+#: what is read of an image file to check its header (a JPEG's frame header may follow large metadata)
+MAX_HEADER_BYTES = 4 * 1024 * 1024
 #: any opening or closing tag MNN treats specially inside text
 _ANY_TAG = re.compile(r"</?(?:img|audio|video|hw)>", re.IGNORECASE)
 #: the tags that name a file
@@ -67,6 +72,32 @@ def has_media(text: str) -> bool:
     """Whether guarded text holds a media tag MNN will read."""
     kept = _registered_tags() if "<" in text else None
     return kept is not None and kept.search(text) is not None
+
+
+def tagged_files(text: str) -> list[tuple[str, str]]:
+    """The (kind, path) of each registered file that guarded ``text`` names, in order."""
+    kept = _registered_tags() if "<" in text else None
+    if kept is None:
+        return []
+    found = []
+    for match in kept.finditer(text):
+        kind = match.group(0)[1:match.group(0).index(">")]
+        found.append((kind, match.group(0)[len(kind) + 2:-(len(kind) + 3)]))
+    return found
+
+
+def check_images(text: str) -> None:
+    """Refuse a registered image that MNN's decoder should not be given
+    (``image_header.read_header``: not PNG, JPEG or BMP, too many pixels,
+    truncated): MNN would skip it silently, or decode a bomb."""
+    for kind, path in tagged_files(text):
+        if kind != "img":
+            continue
+        try:
+            with open(path, "rb") as image:
+                read_header(image.read(MAX_HEADER_BYTES))
+        except (OSError, ImageRefused) as exc:
+            raise MnnEngineError("invalid_argument", f"image {path}: {exc}", param="image") from exc
 
 
 def tag(kind: str, path: str) -> str:

@@ -34,6 +34,7 @@ cdef class GenerationSettings:
     cdef public int context_limit
     cdef public bint ignore_eos
     cdef public bint reuse            # keep the prompt prefix the KV cache holds
+    cdef public bint whole_prefill    # the prompt in one forward (images, audio: MNN's Omni needs it so)
     cdef public int draft_tokens      # 0: plain decoding
     cdef public bint verify_serially  # test mode: single-token verifying forwards
 
@@ -55,6 +56,7 @@ cdef class GenerationSettings:
         self.context_limit = 2048
         self.ignore_eos = False
         self.reuse = True
+        self.whole_prefill = False
         self.draft_tokens = 0
         self.verify_serially = False
 

@@ -204,6 +204,20 @@ cdef class LlmCore:
         """Drop the prompt cache: the next generation prefills everything."""
         self._held.clear()
 
+    def drop_media(self) -> None:
+        """Drop the image and audio embeddings MNN's tokenizer made for a
+        prompt that was never generated from. ``Omni::tokenizer_encode``
+        appends them to a list that only ``Omni::embedding`` of a forward
+        empties (and it takes them by position): left there, the next
+        image prompt got the stale picture. An embedding of two text ids
+        empties it (no forward runs)."""
+        cdef Llm* llm = self._require()
+        cdef vector[int] ids = vector[int](2, 0)
+        cdef VARP dropped
+        with nogil:
+            dropped = llm.embedding(ids)
+            varp_reset(dropped)
+
     def generate(self, prompt_ids, GenerationSettings settings not None, callback=None,
                  constraint=None) -> GenerationOutcome:
         """Run one generation over prompt token ids. See mnn_engine.Llm.generate.
@@ -235,6 +249,7 @@ cdef class LlmCore:
         loop.max_tokens = settings.max_tokens
         loop.context_limit = settings.context_limit
         loop.ignore_eos = settings.ignore_eos
+        loop.whole_prefill = settings.whole_prefill
         loop.cancel_flag = &self._cancel
         loop.token_text = &self._token_text
         loop.fail_after = self._fail_after

@@ -32,10 +32,17 @@ cdef size_t kept_prefix(size_t common, size_t prompt_size) noexcept nogil:
     return (common // PREFILL_CHUNK) * PREFILL_CHUNK
 
 
-cdef VARP prefill(Llm* llm, const vector[int]& prompt, size_t keep, atomic[int]* cancel) noexcept nogil:
+cdef VARP prefill(Llm* llm, const vector[int]& prompt, size_t keep, atomic[int]* cancel,
+                  cbool whole=False) noexcept nogil:
     """Prefill prompt[keep:] over a KV cache holding prompt[:keep] (keep 0:
-    from scratch), chunk by chunk; the logits of the last token, or an empty
-    VARP when cancelled between chunks."""
+    from scratch), chunk by chunk (``whole``: in one forward); the logits of
+    the last token, or an empty VARP when cancelled between chunks.
+
+    A prompt with images or audio goes whole: MNN's ``Omni::embedding``
+    splices the encoder's embeddings in for the pad tokens of the one forward
+    it is given and then drops them, and its multimodal RoPE positions are
+    computed for the whole prompt (a chunked prefill read a freed vector and
+    crashed the process)."""
     cdef VARP logits_var
     cdef vector[int] chunk
     cdef size_t start = keep
@@ -47,7 +54,7 @@ cdef VARP prefill(Llm* llm, const vector[int]& prompt, size_t keep, atomic[int]*
         llm.reset()
     while start < prompt.size():
         end = prompt.size()
-        if PREFILL_CHUNK > 0 and end - start > PREFILL_CHUNK - start % PREFILL_CHUNK:
+        if not whole and PREFILL_CHUNK > 0 and end - start > PREFILL_CHUNK - start % PREFILL_CHUNK:
             end = start - start % PREFILL_CHUNK + PREFILL_CHUNK
         chunk.assign(prompt.begin() + start, prompt.begin() + end)
         varp_reset(logits_var)

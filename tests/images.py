@@ -1,0 +1,40 @@
+"""Image files for the vision tests, written with the standard library (no
+imaging library): plain PNGs and BMPs of a colour, and the hostile ones."""
+
+from __future__ import annotations
+
+import base64
+import struct
+import zlib
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+
+def png(width: int, height: int, colour: tuple[int, int, int] = (200, 30, 30), pattern: bool = False) -> bytes:
+    """An RGB PNG: one colour, or (``pattern``) a gradient."""
+    rows = b"".join(b"\x00" + (bytes((x * 7 + y) % 256 for x in range(width * 3)) if pattern
+                               else bytes(colour) * width) for y in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + _chunk(b"IDAT", zlib.compress(rows)) + _chunk(b"IEND", b""))
+
+
+def bmp(width: int, height: int, colour: tuple[int, int, int] = (30, 30, 200)) -> bytes:
+    """A 24-bit BMP of one colour."""
+    row = bytes(colour[::-1]) * width
+    row += b"\x00" * (-len(row) % 4)
+    pixels = row * height
+    header = struct.pack("<2sIHHI", b"BM", 54 + len(pixels), 0, 0, 54)
+    info = struct.pack("<IiiHHIIiiII", 40, width, height, 1, 24, 0, len(pixels), 2835, 2835, 0, 0)
+    return header + info + pixels
+
+
+def png_bomb(side: int = 60000) -> bytes:
+    """A PNG that declares ``side`` x ``side`` pixels (10 GB decoded) in a few hundred bytes."""
+    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
+            + _chunk(b"IDAT", zlib.compress(b"\x00" * 4096)) + _chunk(b"IEND", b""))
+
+
+def data_url(data: bytes, mime: str = "image/png") -> str:
+    return f"data:{mime};base64," + base64.b64encode(data).decode()

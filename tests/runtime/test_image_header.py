@@ -1,0 +1,57 @@
+"""The image header check that runs before MNN's decoder (stb_image with
+JPEG, PNG and BMP only) is given a file: formats, dimensions, truncation."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from images import bmp, png, png_bomb
+
+from mnn_engine.runtime.image_header import MAX_PIXELS, MAX_SIDE, ImageRefused, read_header
+
+
+def jpeg(width: int, height: int, sof: int = 0xC0, exif: int = 0) -> bytes:
+    """A JPEG's leading segments (SOI, an APP1 of ``exif`` bytes, a frame header): what the check reads."""
+    app1 = b"\xff\xe1" + struct.pack(">H", exif + 2) + b"\0" * exif if exif else b""
+    frame = b"\xff" + bytes([sof]) + struct.pack(">HBHHB", 11, 8, height, width, 1) + b"\x01\x11\x00"
+    return b"\xff\xd8" + app1 + frame + b"\xff\xda"
+
+
+def test_what_mnn_decodes_is_read():
+    assert read_header(png(40, 30)).__dict__ == {"format": "png", "width": 40, "height": 30}
+    assert (read_header(bmp(7, 5)).width, read_header(bmp(7, 5)).height) == (7, 5)
+    assert read_header(jpeg(640, 480, exif=30000)).format == "jpeg"  # past large metadata
+    assert read_header(jpeg(100, 50, sof=0xC2)).width == 100  # progressive
+
+
+@pytest.mark.parametrize(("data", "says"), [
+    (png_bomb(), "60000x60000"),
+    (png(1, MAX_SIDE + 1)[:33] + b"IDAT", f"at most {MAX_SIDE}"),
+    (jpeg(MAX_SIDE, MAX_SIDE), "megapixels"),
+    (jpeg(10, 10, sof=0xC9), "arithmetic"),
+    (png(8, 8)[:20], "truncated"),
+    (png(8, 8)[:33], "no image data"),
+    (b"<svg xmlns='http://www.w3.org/2000/svg'/>", "SVG"),
+    (b"RIFF\0\0\0\0WEBPVP8 ", "WebP"),
+    (b"GIF89a" + b"\0" * 20, "GIF"),
+    (b"%PDF-1.7 pretending", "not an image"),
+    (b"\xff\xd8\xff\xe0", "truncated"),
+    (b"BM" + b"\0" * 10, "truncated"),
+])
+def test_what_mnn_should_not_decode_is_refused(data, says):
+    with pytest.raises(ImageRefused) as err:
+        read_header(data)
+    assert says in str(err.value)
+
+
+@given(st.binary(max_size=200))
+def test_any_bytes_are_read_or_refused_never_crash(data):
+    try:
+        header = read_header(data)
+    except ImageRefused:
+        return
+    assert 0 < header.width <= MAX_SIDE and 0 < header.height <= MAX_SIDE
+    assert header.width * header.height <= MAX_PIXELS
