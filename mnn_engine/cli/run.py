@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
 import sys
@@ -12,6 +13,8 @@ from typing import Any
 from .. import config
 from ..engine.engine import Engine, LoadOptions, model_options
 from ..errors import MnnEngineError
+from ..runtime import media
+from ..runtime.image_header import ImageRefused, read_header
 from ..store.models import ModelStore
 from .common import (
     add_load_options,
@@ -35,8 +38,39 @@ def _response_format(args: argparse.Namespace) -> dict[str, Any]:
             from exc
     return {"response_format": {"type": "json_schema", "json_schema": {"name": "cli", "schema": schema}}}
 
+def _images(args: argparse.Namespace) -> list[Path]:
+    """``--image FILE``s, checked as the server checks them (a format MNN decodes, within its size limits)."""
+    paths = []
+    for name in args.image:
+        path = Path(name).expanduser().resolve()
+        try:
+            read_header(path.read_bytes())
+        except OSError as exc:
+            raise MnnEngineError("invalid_argument", f"--image {name}: {exc.strerror or exc}", param="image") \
+                from exc
+        except ImageRefused as exc:
+            raise MnnEngineError("invalid_argument", f"--image {name}: {exc}", param="image") from exc
+        paths.append(path)
+    if paths and args.raw:
+        raise MnnEngineError("invalid_argument", "--image goes with a chat prompt, not --raw", param="image")
+    return paths
+
+
+def _image_prompt(text: str, images: list[Path], remote: bool) -> Any:
+    """A user message with the images: MNN's <img> tags here, OpenAI's image parts for a server."""
+    if remote:
+        parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+        for path in images:
+            kind = read_header(path.read_bytes()).format
+            parts.append({"type": "image_url", "image_url": {
+                "url": f"data:image/{kind};base64," + base64.b64encode(path.read_bytes()).decode()}})
+        return [{"role": "user", "content": parts}]
+    return [{"role": "user", "content": "".join(media.tag("img", str(p)) for p in images) + text}]
+
+
 def _generate(args: argparse.Namespace) -> int:
-    prompt: Any = args.prompt if args.raw else [{"role": "user", "content": args.prompt}]
+    images = _images(args)
+    prompt: Any = args.prompt if args.raw else _image_prompt(args.prompt, images, bool(args.url))
 
     def write(piece: str) -> None:
         sys.stdout.write(piece)
@@ -47,7 +81,7 @@ def _generate(args: argparse.Namespace) -> int:
     else:
         pull_if_missing(args)
         engine = Engine()
-    with contextlib.closing(engine):
+    with contextlib.closing(engine), media.trusted(*images):  # the files named here: MNN may open them
         if not args.url:
             engine.load(args.model, **load_overrides(args))
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C cancels the generation; print what came
@@ -104,6 +138,8 @@ def add_commands(commands: Any) -> None:
     add_url_option(p)
     p.add_argument("prompt")
     p.add_argument("--raw", action="store_true", help="use the prompt as is, without the chat template")
+    p.add_argument("--image", action="append", default=[], metavar="FILE",
+                   help="an image for a vision model (PNG, JPEG or BMP; repeatable)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stats", action="store_true", help="print timing figures to stderr")
     p.add_argument("--json-schema", metavar="FILE", help="the answer is JSON following this JSON Schema "

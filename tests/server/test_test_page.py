@@ -572,6 +572,26 @@ def test_an_attached_image_is_shrunk_sent_as_a_data_url_and_a_text_model_says_no
     assert not page.find_elements(By.CSS_SELECTOR, "#attachments img")  # sent: the tray is empty
 
 
+def test_a_vision_model_answers_an_attached_image_through_its_visual_graph(page, tmp_path, serve):
+    """The tiny Qwen2-VL test model (a real visual graph, random weights): the image button shows, a
+    picked photo is shrunk, sent as a JPEG data URL, passes the server's header check and MNN's encoder,
+    and the answer lands on the turn with its figures (its text is random: what it says is not checked)."""
+    live = serve("tiny-vision")
+    _open(page, live)
+    assert page.find_element(By.ID, "attach-label").is_displayed()
+    _set(page, "max", "6")
+    picture = tmp_path / "photo.png"
+    _png(picture, 1600, 1200)
+    page.find_element(By.ID, "attach").send_keys(str(picture))
+    _wait(page, lambda d: d.find_elements(By.CSS_SELECTOR, "#attachments img"))
+    _type(page, "what is this?")
+    answer = _last_done(page)
+    assert not _errors(page) and answer["stats"]
+    (content,) = [m["content"] for m in _sent(page)[-1]["messages"]]
+    assert content[1]["image_url"]["url"].startswith("data:image/jpeg;base64,")
+    assert live.engine.last_result.prompt_tokens > 225  # the image's tokens were in the prompt
+
+
 # ---------------------------------------------------------------- nothing is lost
 def test_stop_keeps_the_partial_answer_and_the_server_ready_before_send_comes_back(page, serve):
     live = serve("tiny")
