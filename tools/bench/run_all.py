@@ -11,7 +11,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SUITE = ["engine.py", "http_stream.py", "memory.py", "ceiling.py", "peers.py", "load.py", "switching.py",
-         "kv_quality.py",
+         "vision.py", "kv_quality.py",
          "decode_profile.py", "conversation.py", "cache_exactness.py", "threads.py",
          "structured.py", "speculative.py"]
 
