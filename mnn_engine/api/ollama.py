@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import invalid
 from ..runtime.generation import GenerationResult
-from .openai_chat import ChatRequest, ImagePolicy, finish_reason, parse_chat_request
+from .openai_chat import ChatRequest, MediaPolicy, finish_reason, parse_chat_request
 
 #: the Ollama API version these routes follow
 OLLAMA_VERSION = "0.9.0"
@@ -175,7 +175,7 @@ def _arguments_object(text: str) -> Any:
 THINK_LEVELS = ("low", "medium", "high")
 
 
-def chat_request(body: Mapping[str, Any], messages: Any, policy: ImagePolicy) -> ChatRequest:
+def chat_request(body: Mapping[str, Any], messages: Any, policy: MediaPolicy) -> ChatRequest:
     openai_body: dict[str, Any] = {"messages": messages}
     if body.get("tools"):
         openai_body["tools"] = body["tools"]

@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import MnnEngineError
 from ..runtime import media
 from ..runtime.generation import GenerationResult, TokenLogprob
-from ..runtime.image_header import ImageRefused, read_header
+from ..runtime.media_header import MediaRefused, read_image_header, read_wav_header
 from ..runtime.prompt import ChatMessages, chat_messages
 from ..scratch import scratch_dir
 
@@ -57,34 +57,36 @@ class ChatRequest:
     parse_tools: bool = False
     tool_choice: Any = None  # "required" or a named function: enforced by a grammar
     enable_thinking: bool | None = None
-    images: list[Path] = field(default_factory=list)
-    image_dir: str | None = None
+    #: the decoded images and sounds, private files until ``cleanup``
+    media_files: list[Path] = field(default_factory=list)
+    media_dir: str | None = None
 
     def cleanup(self) -> None:
-        """Remove the decoded images' private directory."""
-        for path in self.images:
-            media.unregister(path)
-        self.images = []
-        if self.image_dir:
-            for path in Path(self.image_dir).glob("*"):
+        """Remove the decoded images' and sounds' private directory."""
+        for path in self.media_files:
+            media.unregister(path, "audio" if path.suffix == ".wav" else "img")  # _private_file's suffixes
+        self.media_files = []
+        if self.media_dir:
+            for path in Path(self.media_dir).glob("*"):
                 path.unlink(missing_ok=True)
-            os.rmdir(self.image_dir)
-            self.image_dir = None
+            os.rmdir(self.media_dir)
+            self.media_dir = None
 
 
 @dataclass(frozen=True)
-class ImagePolicy:
-    """What image inputs a server accepts."""
+class MediaPolicy:
+    """What image and sound inputs a server accepts (sounds: the same size limit)."""
 
     model_is_visual: bool = False
+    model_is_audio: bool = False
     allow_file_urls: bool = False
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
 
 
 # ---------------------------------------------------------------- request
-def parse_chat_request(body: Any, images: ImagePolicy | None = None) -> ChatRequest:
+def parse_chat_request(body: Any, media_policy: MediaPolicy | None = None) -> ChatRequest:
     """Validate an OpenAI chat completion request body (unknown fields are ignored)."""
-    policy = images or ImagePolicy()
+    policy = media_policy or MediaPolicy()
     if not isinstance(body, Mapping):
         raise bad("body", "the request body must be a JSON object")
     request = ChatRequest(messages=ChatMessages(), sampling={})
@@ -206,7 +208,7 @@ def _parse_tools(body: Mapping[str, Any], request: ChatRequest) -> None:
     request.parse_tools = True
 
 
-def _parse_messages(messages: Any, policy: ImagePolicy, request: ChatRequest) -> ChatMessages:
+def _parse_messages(messages: Any, policy: MediaPolicy, request: ChatRequest) -> ChatMessages:
     """OpenAI's rules for messages (roles, content parts, images, earlier tool
     calls), then the model's own, once (``chat_messages``): the engine takes
     the result as it is."""
@@ -247,7 +249,7 @@ def _objects(items: list[Any], name: str) -> Iterator[tuple[str, Mapping[str, An
         yield where, item
 
 
-def _content_text(content: Any, where: str, policy: ImagePolicy, request: ChatRequest) -> str:
+def _content_text(content: Any, where: str, policy: MediaPolicy, request: ChatRequest) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
@@ -263,19 +265,21 @@ def _content_text(content: Any, where: str, policy: ImagePolicy, request: ChatRe
             texts.append(media.neutralize(part["text"]))
         elif kind == "image_url":
             texts.append(media.tag("img", _image_file(part.get('image_url'), here, policy, request)))
+        elif kind == "input_audio":
+            texts.append(media.tag("audio", _audio_file(part.get("input_audio"), here, policy, request)))
         else:
-            raise bad(here, f"{here}: unsupported content part type {kind!r} (text, image_url)")
+            raise bad(here, f"{here}: unsupported content part type {kind!r} (text, image_url, input_audio)")
     return "".join(texts)
 
 
-def _image_file(spec: Any, where: str, policy: ImagePolicy, request: ChatRequest) -> str:
+def _image_file(spec: Any, where: str, policy: MediaPolicy, request: ChatRequest) -> str:
     if not policy.model_is_visual:
         raise bad(where, "this model is text-only: it does not accept images")
     url = spec.get("url") if isinstance(spec, Mapping) else spec
     if not isinstance(url, str) or not url:
         raise bad(where, f"{where}.image_url.url must be a string")
-    if len(request.images) >= MAX_IMAGES:
-        raise bad(where, f"at most {MAX_IMAGES} images per request")
+    if len(request.media_files) >= MAX_IMAGES:
+        raise bad(where, f"at most {MAX_IMAGES} images and sounds per request")
     if url.startswith("data:"):
         header, _, payload = url.partition(",")
         if not header.endswith(";base64") or not header[5:].startswith("image/"):
@@ -299,18 +303,46 @@ def _image_file(spec: Any, where: str, policy: ImagePolicy, request: ChatRequest
         raise bad(where, "image URLs must be data: URLs (the server fetches nothing from the network)")
     if not data:
         raise bad(where, "the image is empty")
-    try:  # before MNN decodes it: a format it reads, a size it can hold (runtime/image_header.py)
-        suffix = "." + read_header(data).format
-    except ImageRefused as exc:
+    try:  # before MNN decodes it: a format it reads, a size it can hold (runtime/media_header.py)
+        suffix = "." + read_image_header(data).format
+    except MediaRefused as exc:
         raise bad(where, f"{where}: {exc}") from exc
-    if request.image_dir is None:
-        request.image_dir = tempfile.mkdtemp(prefix="images-", dir=scratch_dir())  # mode 0700
-    path = Path(request.image_dir) / f"{len(request.images)}{suffix}"
+    return _private_file(request, data, suffix, "img")
+
+
+def _audio_file(spec: Any, where: str, policy: MediaPolicy, request: ChatRequest) -> str:
+    """OpenAI's ``input_audio`` part (``{"data": base64, "format": "wav"}``) as a private WAV file."""
+    if not policy.model_is_audio:
+        raise bad(where, "this model does not take sound (an audio model, e.g. Qwen2-Audio, does)")
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("data"), str):
+        raise bad(where, f"{where}.input_audio must be {{\"data\": base64, \"format\": \"wav\"}}")
+    if spec.get("format", "wav") != "wav":
+        raise bad(where, f"{where}.input_audio.format: MNN reads WAV only (got {spec.get('format')!r})")
+    if len(request.media_files) >= MAX_IMAGES:
+        raise bad(where, f"at most {MAX_IMAGES} images and sounds per request")
+    if len(spec["data"]) > policy.max_image_bytes * 4 // 3 + 4:
+        raise bad(where, f"the sound is larger than {policy.max_image_bytes} bytes")
+    try:
+        data = base64.b64decode(spec["data"], validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise bad(where, "the sound is not valid base64") from exc
+    try:
+        read_wav_header(data)
+    except MediaRefused as exc:
+        raise bad(where, f"{where}: {exc}") from exc
+    return _private_file(request, data, ".wav", "audio")
+
+
+def _private_file(request: ChatRequest, data: bytes, suffix: str, kind: str) -> str:
+    """``data`` in the request's private directory (mode 0600 in 0700), registered for MNN until cleanup()."""
+    if request.media_dir is None:
+        request.media_dir = tempfile.mkdtemp(prefix="media-", dir=scratch_dir())  # mode 0700
+    path = Path(request.media_dir) / f"{len(request.media_files)}{suffix}"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
-    request.images.append(path)
-    media.register(path)  # its tag may reach MNN's tokenizer until cleanup()
+    request.media_files.append(path)
+    media.register(path, kind)  # its tag may reach MNN's tokenizer until cleanup()
     return str(path)
 
 

@@ -14,7 +14,7 @@ from .. import config
 from ..engine.engine import Engine, LoadOptions, model_options
 from ..errors import MnnEngineError
 from ..runtime import media
-from ..runtime.image_header import ImageRefused, read_header
+from ..runtime.media_header import MediaRefused, read_image_header
 from ..store.models import ModelStore
 from .common import (
     add_load_options,
@@ -44,11 +44,11 @@ def _images(args: argparse.Namespace) -> list[Path]:
     for name in args.image:
         path = Path(name).expanduser().resolve()
         try:
-            read_header(path.read_bytes())
+            read_image_header(path.read_bytes())
         except OSError as exc:
             raise MnnEngineError("invalid_argument", f"--image {name}: {exc.strerror or exc}", param="image") \
                 from exc
-        except ImageRefused as exc:
+        except MediaRefused as exc:
             raise MnnEngineError("invalid_argument", f"--image {name}: {exc}", param="image") from exc
         paths.append(path)
     if paths and args.raw:
@@ -61,7 +61,7 @@ def _image_prompt(text: str, images: list[Path], remote: bool) -> Any:
     if remote:
         parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
         for path in images:
-            kind = read_header(path.read_bytes()).format
+            kind = read_image_header(path.read_bytes()).format
             parts.append({"type": "image_url", "image_url": {
                 "url": f"data:image/{kind};base64," + base64.b64encode(path.read_bytes()).decode()}})
         return [{"role": "user", "content": parts}]

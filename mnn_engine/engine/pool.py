@@ -73,6 +73,7 @@ class ModelFacts:
     size_bytes: int
     created: float
     context_length: int = DEFAULT_CONTEXT  # its config's (MNN's max_all_tokens), before any load option
+    is_audio: bool = False
     config: dict[str, Any] = field(default_factory=dict, compare=False)  # its merged config.json
 
 
@@ -507,7 +508,7 @@ class ModelPool:
             context = context if isinstance(context, int) and not isinstance(context, bool) and context > 1 \
                 else DEFAULT_CONTEXT
             slot.facts = ModelFacts(slot.name, slot.model_id, path, kind, bool(config.get("is_visual")), size,
-                                    created, context, config)
+                                    created, context, bool(config.get("is_audio")), config)
             slot.size_bytes = size
         return slot.facts
 

@@ -479,7 +479,7 @@ class Llm:
         if not media.has_media(guarded):
             return tokenize_bounded(core.tokenize, guarded, limit=limit, exact_cuts=self._exact_cuts,
                                     cancelled=cancelled)
-        media.check_images(guarded)
+        media.check_files(guarded)
         if self._media_pending:
             core.drop_media()
         self._media_pending = True  # until a generation's forward takes the embeddings

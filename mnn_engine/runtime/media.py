@@ -21,10 +21,11 @@ from collections import Counter
 from collections.abc import Iterator
 
 from ..errors import MnnEngineError
-from .image_header import ImageRefused, read_header
+from .media_header import MediaRefused, read_image_header, read_wav_header
 
 WORD_JOINER = "\u2060"
-#: what is read of an image file to check its header (a JPEG's frame header may follow large metadata)
+#: what is read of a media file to check its header (a JPEG's frame header may follow large metadata;
+#: a WAV's data chunk may follow others)
 MAX_HEADER_BYTES = 4 * 1024 * 1024
 #: any opening or closing tag MNN treats specially inside text
 _ANY_TAG = re.compile(r"</?(?:img|audio|video|hw)>", re.IGNORECASE)
@@ -86,18 +87,21 @@ def tagged_files(text: str) -> list[tuple[str, str]]:
     return found
 
 
-def check_images(text: str) -> None:
-    """Refuse a registered image that MNN's decoder should not be given
-    (``image_header.read_header``: not PNG, JPEG or BMP, too many pixels,
-    truncated): MNN would skip it silently, or decode a bomb."""
+def check_files(text: str) -> None:
+    """Refuse a registered image or sound that MNN's decoders should not be
+    given (``media_header``: a format they do not read, too many pixels or
+    seconds, truncated): MNN would skip it silently, or decode a bomb."""
     for kind, path in tagged_files(text):
-        if kind != "img":
-            continue
         try:
-            with open(path, "rb") as image:
-                read_header(image.read(MAX_HEADER_BYTES))
-        except (OSError, ImageRefused) as exc:
-            raise MnnEngineError("invalid_argument", f"image {path}: {exc}", param="image") from exc
+            with open(path, "rb") as media_file:
+                data = media_file.read(MAX_HEADER_BYTES)
+            if kind == "img":
+                read_image_header(data)
+            elif kind == "audio":
+                read_wav_header(data, complete=len(data) < MAX_HEADER_BYTES)
+        except (OSError, MediaRefused) as exc:
+            raise MnnEngineError("invalid_argument", f"{'image' if kind == 'img' else kind} {path}: {exc}",
+                                 param="image" if kind == "img" else kind) from exc
 
 
 def tag(kind: str, path: str) -> str:

@@ -32,7 +32,7 @@ from ..api.openai_chat import (
     ChatRequest,
     Completion,
     Delta,
-    ImagePolicy,
+    MediaPolicy,
     delta_dict,
     finish_reason,
     logprobs_object,
@@ -542,7 +542,8 @@ class ChatCompletionsHandler(BodyHandler):
         body = self.parse_body()
         model = self.choose_model(body)
         facts = await self.model_facts()
-        policy = ImagePolicy(model_is_visual=facts.is_visual, allow_file_urls=self.ctx.settings.allow_file_urls)
+        policy = MediaPolicy(model_is_visual=facts.is_visual, model_is_audio=facts.is_audio,
+                             allow_file_urls=self.ctx.settings.allow_file_urls)
         request = parse_chat_request(body, policy)
         try:
             await self._complete(model, request)

@@ -43,7 +43,7 @@ from ..api.ollama import (
     stream_flag,
     tagged,
 )
-from ..api.openai_chat import ChatRequest, ImagePolicy
+from ..api.openai_chat import ChatRequest, MediaPolicy
 from ..errors import MnnEngineError, invalid
 from ..hub.sources import UrlPolicy
 from ..runtime.generation import GenerationResult
@@ -219,14 +219,14 @@ class _Generation(OllamaBodyHandler):
         if not self.closed:
             self.finish()
 
-    async def begin(self) -> tuple[str, Mapping[str, Any], bool, ImagePolicy]:
+    async def begin(self) -> tuple[str, Mapping[str, Any], bool, MediaPolicy]:
         """What both routes check first: the model, the body, whether to stream, the image policy."""
         body = self.parse_body()
         if not isinstance(body, Mapping):
             raise invalid("body", "the request body must be a JSON object")
         model = self.model_named_in(body)
         facts = await self.model_facts()
-        return model, body, stream_flag(body), ImagePolicy(model_is_visual=facts.is_visual, allow_file_urls=False)
+        return model, body, stream_flag(body), MediaPolicy(model_is_visual=facts.is_visual, allow_file_urls=False)
 
     async def load_only(self, model: str, frame: dict[str, Any]) -> None:
         """docs/api.md: a request with nothing to generate loads the model

@@ -11,11 +11,11 @@ import stat
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from images import bmp, png
+from media_samples import bmp, png
 
 from mnn_engine import MnnEngineError
 from mnn_engine.api.openai_chat import (
-    ImagePolicy,
+    MediaPolicy,
     OutputParser,
     delta_dict,
     message_from,
@@ -138,8 +138,8 @@ def test_text_only_model_rejects_images():
 
 
 def test_images_become_private_files_and_img_tags():
-    request = parse_chat_request(_image_body(f"data:image/png;base64,{PNG}"), ImagePolicy(model_is_visual=True))
-    [path] = request.images
+    request = parse_chat_request(_image_body(f"data:image/png;base64,{PNG}"), MediaPolicy(model_is_visual=True))
+    [path] = request.media_files
     assert request.messages[0]["content"] == f"What is this? <img>{path}</img>"
     assert path.read_bytes().startswith(b"\x89PNG") and path.suffix == ".png"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -157,17 +157,17 @@ def test_images_become_private_files_and_img_tags():
     "file:///etc/hostname",
 ])
 def test_bad_image_urls(url):
-    assert code_and_param(_image_body(url), ImagePolicy(model_is_visual=True))[0] == "invalid_argument"
+    assert code_and_param(_image_body(url), MediaPolicy(model_is_visual=True))[0] == "invalid_argument"
 
 
 def test_image_size_limit_and_file_urls(tmp_path):
     big = base64.b64encode(b"x" * 2000).decode()
-    policy = ImagePolicy(model_is_visual=True, max_image_bytes=1000)
+    policy = MediaPolicy(model_is_visual=True, max_image_bytes=1000)
     assert code_and_param(_image_body(f"data:image/png;base64,{big}"), policy)[0] == "invalid_argument"
     image = tmp_path / "cat.bmp"
     image.write_bytes(bmp(4, 4))
-    allowed = parse_chat_request(_image_body(image.as_uri()), ImagePolicy(model_is_visual=True, allow_file_urls=True))
-    assert allowed.images[0].read_bytes() == image.read_bytes()
+    allowed = parse_chat_request(_image_body(image.as_uri()), MediaPolicy(model_is_visual=True, allow_file_urls=True))
+    assert allowed.media_files[0].read_bytes() == image.read_bytes()
     allowed.cleanup()
 
 

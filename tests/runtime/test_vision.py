@@ -7,7 +7,7 @@ count, the same image gives the same logits, another image other ones."""
 from __future__ import annotations
 
 import pytest
-from images import bmp, png
+from media_samples import bmp, png
 from support import test_model_dir
 
 from mnn_engine import Llm, MnnEngineError

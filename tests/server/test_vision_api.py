@@ -10,8 +10,8 @@ import json
 
 import ollama
 import pytest
-from images import bmp, data_url, png, png_bomb
 from live_server import Live
+from media_samples import bmp, data_url, png, png_bomb
 
 from mnn_engine.runtime.memory import rss_bytes
 
@@ -112,8 +112,8 @@ def test_the_decoded_files_are_gone_after_the_request(vl):
 
     _ask(vl, RED)
     deadline = time.monotonic() + 5
-    while list(scratch_dir().glob("images-*/*")):  # removed as the handler returns, just after its answer
-        assert time.monotonic() < deadline, list(scratch_dir().glob("images-*/*"))
+    while list(scratch_dir().glob("media-*/*")):  # removed as the handler returns, just after its answer
+        assert time.monotonic() < deadline, list(scratch_dir().glob("media-*/*"))
         time.sleep(0.01)
     status, _, body = vl.post_json({"messages": [{"role": "user", "content": [
         {"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}]})

@@ -288,9 +288,9 @@ def test_ollama_think_levels_are_thinking_on(chat, think, status):
     assert got == status, raw
     if status == 200:
         from mnn_engine.api.ollama import chat_request
-        from mnn_engine.api.openai_chat import ImagePolicy
+        from mnn_engine.api.openai_chat import MediaPolicy
 
-        assert chat_request(body, body["messages"], ImagePolicy()).enable_thinking is True
+        assert chat_request(body, body["messages"], MediaPolicy()).enable_thinking is True
     if status == 400:
         assert json.loads(raw)["code"] == "invalid_argument" and "think" in json.loads(raw)["error"]
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from common import machine, median, paired_ratio, save, test_model  # tools/bench is on sys.path (and tests/)
-from images import png  # the suite's own PNG writer
+from media_samples import png  # the suite's own PNG writer
 
 QUESTION = "What is in this picture?"
 

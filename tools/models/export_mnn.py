@@ -8,6 +8,13 @@
    module as None makes that import fail cleanly, so conversion stays offline
    and leaves the environment alone.
 
+3. llmexport 0.0.5 maps Qwen2-Audio's modules as transformers 4 laid them
+   out (``language_model.model.embed_tokens``...); transformers 5 moved them
+   under ``model.`` (``model.language_model.embed_tokens``, ``lm_head`` at the
+   top). The map is replaced with transformers 5's layout before export,
+   and its audio tower's layers are called as transformers 5 defines them
+   (``layer(hidden_states, attention_mask)`` returning the tensor, not a tuple).
+
 Usage: the same arguments as ``llmexport``.
 """
 
@@ -22,6 +29,43 @@ if _spec is None or _spec.origin is None:
 sys.path.insert(0, os.path.dirname(_spec.origin))
 
 from llmexport import main  # noqa: E402
+from utils import audio as _audio  # noqa: E402 - llmexport's own modules (its directory is on sys.path)
+from utils.model_mapper import ModelMapper  # noqa: E402
+
+_qwen2_audio_map = ModelMapper.regist_qwen2audio
+
+
+def _regist_qwen2audio_transformers5(self: ModelMapper) -> None:
+    _qwen2_audio_map(self)
+    self.mapper["qwen2_audio"]["model"] = {
+        "lm": "lm_head",
+        "embed": "model.language_model.embed_tokens",
+        "blocks": "model.language_model.layers",
+        "final_layernorm": "model.language_model.norm",
+        "audio": "model.audio_tower",
+        "audio.multi_modal_projector": "model.multi_modal_projector",
+    }
+
+
+ModelMapper.regist_qwen2audio = _regist_qwen2audio_transformers5
+
+
+def _qwen2_audio_forward(self, input_features):  # llmexport's Qwen2Audio.forward, transformers 5's layer calls
+    import torch
+
+    tower = self.audio_tower
+    input_features = input_features.to(dtype=tower.conv1.weight.dtype, device=tower.conv1.weight.device)
+    embeds = torch.nn.functional.gelu(tower.conv2(torch.nn.functional.gelu(tower.conv1(input_features))))
+    embeds = embeds.permute(0, 2, 1)
+    hidden = embeds + tower.embed_positions.weight[:embeds.shape[1], :]
+    for layer in tower.layers:
+        out = layer(hidden, None)
+        hidden = out[0] if isinstance(out, tuple) else out
+    hidden = tower.avg_pooler(hidden.permute(0, 2, 1)).permute(0, 2, 1)
+    return self.multi_modal_projector(tower.layer_norm(hidden))
+
+
+_audio.Qwen2Audio.forward = _qwen2_audio_forward
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,5 +1,5 @@
-"""Image files for the vision tests, written with the standard library (no
-imaging library): plain PNGs and BMPs of a colour, and the hostile ones."""
+"""Image and sound files for the multimodal tests, written with the standard library (no
+imaging library): plain PNGs and BMPs of a colour, the hostile ones, WAV tones."""
 
 from __future__ import annotations
 
@@ -38,3 +38,19 @@ def png_bomb(side: int = 60000) -> bytes:
 
 def data_url(data: bytes, mime: str = "image/png") -> str:
     return f"data:{mime};base64," + base64.b64encode(data).decode()
+
+
+def wav(seconds: float = 1.0, frequency: float = 440.0, rate: int = 16000) -> bytes:
+    """A mono 16-bit PCM WAV of a sine tone (what MNN's audio loader reads)."""
+    import io
+    import math
+    import wave
+
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"".join(struct.pack("<h", int(12000 * math.sin(2 * math.pi * frequency * i / rate)))
+                               for i in range(int(seconds * rate))))
+    return out.getvalue()

@@ -8,9 +8,9 @@ import struct
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from images import bmp, png, png_bomb
+from media_samples import bmp, png, png_bomb
 
-from mnn_engine.runtime.image_header import MAX_PIXELS, MAX_SIDE, ImageRefused, read_header
+from mnn_engine.runtime.media_header import MAX_PIXELS, MAX_SIDE, MediaRefused, read_image_header
 
 
 def jpeg(width: int, height: int, sof: int = 0xC0, exif: int = 0) -> bytes:
@@ -21,10 +21,10 @@ def jpeg(width: int, height: int, sof: int = 0xC0, exif: int = 0) -> bytes:
 
 
 def test_what_mnn_decodes_is_read():
-    assert read_header(png(40, 30)).__dict__ == {"format": "png", "width": 40, "height": 30}
-    assert (read_header(bmp(7, 5)).width, read_header(bmp(7, 5)).height) == (7, 5)
-    assert read_header(jpeg(640, 480, exif=30000)).format == "jpeg"  # past large metadata
-    assert read_header(jpeg(100, 50, sof=0xC2)).width == 100  # progressive
+    assert read_image_header(png(40, 30)).__dict__ == {"format": "png", "width": 40, "height": 30}
+    assert (read_image_header(bmp(7, 5)).width, read_image_header(bmp(7, 5)).height) == (7, 5)
+    assert read_image_header(jpeg(640, 480, exif=30000)).format == "jpeg"  # past large metadata
+    assert read_image_header(jpeg(100, 50, sof=0xC2)).width == 100  # progressive
 
 
 @pytest.mark.parametrize(("data", "says"), [
@@ -42,16 +42,29 @@ def test_what_mnn_decodes_is_read():
     (b"BM" + b"\0" * 10, "truncated"),
 ])
 def test_what_mnn_should_not_decode_is_refused(data, says):
-    with pytest.raises(ImageRefused) as err:
-        read_header(data)
+    with pytest.raises(MediaRefused) as err:
+        read_image_header(data)
     assert says in str(err.value)
 
 
 @given(st.binary(max_size=200))
 def test_any_bytes_are_read_or_refused_never_crash(data):
     try:
-        header = read_header(data)
-    except ImageRefused:
+        header = read_image_header(data)
+    except MediaRefused:
         return
     assert 0 < header.width <= MAX_SIDE and 0 < header.height <= MAX_SIDE
     assert header.width * header.height <= MAX_PIXELS
+
+
+def test_a_wav_as_mnn_reads_it():
+    from media_samples import wav
+
+    from mnn_engine.runtime.media_header import read_wav_header
+
+    header = read_wav_header(wav(2.0))
+    assert (header.channels, header.sample_rate, header.bits) == (1, 16000, 16) and abs(header.seconds - 2) < 1e-6
+    with pytest.raises(MediaRefused):
+        read_wav_header(b"OggS" + b"\0" * 60)
+    big = wav(1.0)
+    assert read_wav_header(big[:1000], complete=False).seconds == 1.0  # a file read in part: its declared length

@@ -1,0 +1,100 @@
+"""Sound through the real MNN audio graph of the tiny Qwen2-Audio test model
+(random weights; a real Whisper-style audio tower exported by llmexport):
+the Python API with ``<audio>`` tags, OpenAI's ``input_audio`` parts, and
+the sounds MNN's loader must not be given."""
+
+from __future__ import annotations
+
+import base64
+import struct
+
+import pytest
+from live_server import Live
+from media_samples import png, wav
+from support import test_model_dir
+
+from mnn_engine import Llm, MnnEngineError
+from mnn_engine.runtime.media import trusted
+
+QUESTION = "What do you hear?"
+#: one second of 16 kHz sound: 100 mel frames, halved by the encoder's convolution and its pooling, and
+#: <|audio_bos|>, <|audio_eos|> around them
+ONE_SECOND_TOKENS = 25
+
+
+def _audio_part(data: bytes, fmt: str = "wav") -> dict:
+    return {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode(), "format": fmt}}
+
+
+def test_the_python_api_hears_through_the_audio_graph(tmp_path):
+    low, high = tmp_path / "low.wav", tmp_path / "high.wav"
+    low.write_bytes(wav(1.0, 440))
+    high.write_bytes(wav(1.0, 1800))
+    with Llm(test_model_dir("tiny-audio"), thread_num=2) as llm:
+        text = llm.generate([{"role": "user", "content": QUESTION}], max_tokens=1)
+
+        def top(path):
+            with trusted(path, kind="audio"):
+                result = llm.generate([{"role": "user", "content": f"<audio>{path}</audio>{QUESTION}"}],
+                                      max_tokens=1, temperature=0, logprobs=True, top_logprobs=5)
+            return result.prompt_tokens, result.logprobs[0].top
+
+        tokens, first = top(low)
+        assert tokens == text.prompt_tokens + ONE_SECOND_TOKENS
+        assert top(low)[1] == first and top(high)[1] != first  # the same sound, the same logits; another, other
+        bad = tmp_path / "bad.wav"
+        bad.write_bytes(b"ID3" + b"\0" * 200)  # an MP3: MNN's loader reads WAV only
+        with trusted(bad, kind="audio"), pytest.raises(MnnEngineError) as err:
+            llm.generate([{"role": "user", "content": f"<audio>{bad}</audio>{QUESTION}"}], max_tokens=1)
+        assert "must be WAV" in err.value.message
+
+
+@pytest.fixture(scope="module")
+def audio_server(tmp_path_factory):
+    live = Live(tmp_path_factory.mktemp("store"), "tiny-audio")
+    yield live
+    live.close()
+
+
+def test_openai_input_audio_parts(audio_server):
+    status, _, text = audio_server.post_json({"messages": [{"role": "user", "content": QUESTION}], "max_tokens": 1})
+    assert status == 200
+    content = [{"type": "text", "text": QUESTION}, _audio_part(wav(1.0))]
+    status, _, heard = audio_server.post_json({"messages": [{"role": "user", "content": content}], "max_tokens": 2})
+    assert status == 200, heard
+    assert heard["usage"]["prompt_tokens"] == text["usage"]["prompt_tokens"] + ONE_SECOND_TOKENS
+    two = [{"type": "text", "text": QUESTION}, _audio_part(wav(1.0)), _audio_part(wav(2.0, 900))]
+    status, _, both = audio_server.post_json({"messages": [{"role": "user", "content": two}], "max_tokens": 1})
+    assert status == 200 and both["usage"]["prompt_tokens"] > heard["usage"]["prompt_tokens"] + ONE_SECOND_TOKENS
+
+
+def _truncated() -> bytes:
+    data = wav(1.0)
+    return data[:len(data) // 2]
+
+
+@pytest.mark.parametrize(("part", "says"), [
+    (_audio_part(b"ID3\x04" + b"\0" * 64, "mp3"), "WAV only"),
+    (_audio_part(b"ID3\x04" + b"\0" * 64), "this one is MP3"),
+    (_audio_part(wav(31.0)), "at most 30 s"),
+    (_audio_part(_truncated()), "truncated"),
+    (_audio_part(b"RIFF\0\0\0\0WAVEfmt " + struct.pack("<IHHIIHH", 16, 2, 1, 16000, 32000, 2, 16)  # ADPCM
+                 + b"data" + struct.pack("<I", 4) + b"\0" * 4), "PCM"),
+    ({"type": "input_audio", "input_audio": {"data": "***", "format": "wav"}}, "base64"),
+    ({"type": "input_audio", "input_audio": "nope"}, "input_audio must be"),
+])
+def test_sounds_mnn_should_not_load_are_400(audio_server, part, says):
+    status, _, body = audio_server.post_json({"messages": [{"role": "user", "content": [part]}], "max_tokens": 1})
+    assert status == 400 and says in body["error"]["message"], body
+
+
+def test_an_image_for_a_sound_model_and_a_sound_for_a_text_model_are_400(audio_server, tmp_path):
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png(8, 8)).decode()}}
+    status, _, body = audio_server.post_json({"messages": [{"role": "user", "content": [image]}]})
+    assert status == 400 and "text-only" in body["error"]["message"]
+    text_model = Live(tmp_path, "tiny")
+    try:
+        status, _, body = text_model.post_json({"messages": [{"role": "user", "content": [_audio_part(wav(0.5))]}]})
+        assert status == 400 and "does not take sound" in body["error"]["message"]
+    finally:
+        text_model.close()
