@@ -151,8 +151,8 @@ class Builder:
             run(self.python, HERE / "gguf_to_hf.py", gguf, out, logfile=logfile)
             return out
         if name in ("tiny-vision", "tiny-audio"):
-            script = "random_qwen2_vl.py" if name == "tiny-vision" else "random_qwen2_audio.py"
-            run(self.python, HERE / script, "--tokenizer", self.tokenizer(), "--out", out, logfile=logfile)
+            run(self.python, HERE / "random_multimodal.py", name.removeprefix("tiny-"), "--tokenizer",
+                self.tokenizer(), "--out", out, logfile=logfile)
             return out
         args = {
             "tiny": TINY_SHAPE,
