@@ -558,7 +558,10 @@ class ModelPool:
         ones, a load in progress, the generation, the last error."""
         if self._fixed is not None:
             snap = self._fixed.snapshot()
+            model = snap["model"]
             snap["loading"] = None
+            snap["loaded"] = [{"name": self.default_name, "id": model["id"], "kind": model.get("kind"),
+                               "context_limit": model.get("context_limit")}] if model["state"] == "loaded" else []
             return snap
         with self._cond:
             loaded = [s for s in self._slots.values() if s.state == "loaded" and s.engine is not None]

@@ -230,6 +230,10 @@ def test_health_and_page(scripted_server):
     health = json.loads(raw)
     assert status == 200 and health["status"] == "ok" and health["model"]["state"] == "loaded"
     assert health["server"]["state"] == "running" and health["generation"]["state"] == "idle"
+    # one model for every request (Engine.start_server): it is the one loaded and the default
+    name = health["model"]["name"]
+    assert health["models"]["switching"] is False and health["models"]["default"] == name
+    assert [m["name"] for m in health["models"]["loaded"]] == [name] and health["models"]["loading"] is None
     status, headers, page = scripted_server.request("GET", "/")
     assert status == 200 and headers["content-type"].startswith("text/html")
     assert b"<script" in page and b"http://" not in page and b"https://" not in page  # nothing from a CDN
