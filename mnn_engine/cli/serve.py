@@ -83,7 +83,11 @@ def _models(args: argparse.Namespace) -> tuple[ServedModels, Callable[[], None],
         if model is None:
             raise MnnEngineError("model_not_found", "no MODEL given and no model loaded before: "
                                  "python -m mnn_engine serve MODEL --no-switch (a store ID or a model directory)")
-        engine.load(model, **load_overrides(args))
+        try:
+            engine.load(model, **load_overrides(args))
+        except BaseException:
+            engine.close()
+            raise
         return ModelPool.fixed(engine), engine.close, \
             f"{engine.active_model_id or model} for every request (--no-switch)"
     pool = ModelPool(defaults=load_overrides(args), max_loaded=args.max_loaded, keep_alive=args.keep_alive)
