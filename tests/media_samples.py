@@ -13,7 +13,9 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
 
 
 def png(width: int, height: int, colour: tuple[int, int, int] = (200, 30, 30), pattern: bool = False) -> bytes:
-    """An RGB PNG: one colour, or (``pattern``) a gradient."""
+    """An RGB PNG: one colour, or (``pattern``) a gradient. Written to the PNG
+    specification (W3C PNG 2nd edition: signature, IHDR, zlib IDAT with filter
+    bytes, IEND, CRC-32 per chunk); MNN's own stb_image decodes it in the tests."""
     rows = b"".join(b"\x00" + (bytes((x * 7 + y) % 256 for x in range(width * 3)) if pattern
                                else bytes(colour) * width) for y in range(height))
     return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
@@ -21,7 +23,8 @@ def png(width: int, height: int, colour: tuple[int, int, int] = (200, 30, 30), p
 
 
 def bmp(width: int, height: int, colour: tuple[int, int, int] = (30, 30, 200)) -> bytes:
-    """A 24-bit BMP of one colour."""
+    """A 24-bit BMP of one colour: BITMAPFILEHEADER + BITMAPINFOHEADER (40 bytes),
+    bottom-up rows padded to 4 bytes, as Windows' wingdi.h defines them."""
     row = bytes(colour[::-1]) * width
     row += b"\x00" * (-len(row) % 4)
     pixels = row * height
@@ -31,7 +34,8 @@ def bmp(width: int, height: int, colour: tuple[int, int, int] = (30, 30, 200)) -
 
 
 def png_bomb(side: int = 60000) -> bytes:
-    """A PNG that declares ``side`` x ``side`` pixels (10 GB decoded) in a few hundred bytes."""
+    """A PNG that declares ``side`` x ``side`` pixels (10 GB decoded) in a few hundred bytes: the
+    decompression bomb of the hostile-input round (libpng's "PNG bomb" CVE class)."""
     return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
             + _chunk(b"IDAT", zlib.compress(b"\x00" * 4096)) + _chunk(b"IEND", b""))
 
@@ -41,7 +45,8 @@ def data_url(data: bytes, mime: str = "image/png") -> str:
 
 
 def wav(seconds: float = 1.0, frequency: float = 440.0, rate: int = 16000) -> bytes:
-    """A mono 16-bit PCM WAV of a sine tone (what MNN's audio loader reads)."""
+    """A mono 16-bit PCM WAV of a sine tone, written by the standard library's ``wave``; MNN's
+    audio loader (tools/audio/source/audio.cpp) reads it in the tests."""
     import io
     import math
     import wave

@@ -59,12 +59,17 @@ def go_duration_seconds(text: str) -> float:
 
 
 def keep_alive_field(body: Mapping[str, Any]) -> Any:
-    """A request's ``keep_alive`` as api/types.go's ``Duration`` reads it: a
-    number of seconds or a Go duration string; negative: forever (None).
-    ``...`` when the request has none (the server's default applies)."""
+    """A request's ``keep_alive`` (``keep_alive_seconds``); ``...`` when the
+    request has none (the server's default applies)."""
     if "keep_alive" not in body or body["keep_alive"] is None:
         return ...
-    value = body["keep_alive"]
+    return keep_alive_seconds(body["keep_alive"])
+
+
+def keep_alive_seconds(value: Any) -> float | None:
+    """A keep-alive as api/types.go's ``Duration.UnmarshalJSON`` reads it: a
+    number of seconds or a Go duration string (``"5m"``; a bare ``"300"`` is
+    refused, as Go refuses it); negative: forever (None)."""
     if isinstance(value, str):
         try:
             seconds = go_duration_seconds(value)
@@ -74,6 +79,8 @@ def keep_alive_field(body: Mapping[str, Any]) -> Any:
         seconds = float(value)
     else:
         raise invalid("keep_alive", f"Unsupported type: '{type(value).__name__}'")
+    if math.isnan(seconds):
+        raise invalid("keep_alive", "keep_alive is not a number")
     return None if seconds < 0 or math.isinf(seconds) else seconds
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
-from ..api.ollama import go_duration_seconds
+from ..api.ollama import keep_alive_seconds
 from ..engine.engine import Engine
 from ..engine.pool import DEFAULT_KEEP_ALIVE_S, MOST_LOADED, SMALL_DEVICE_BYTES, ModelPool
 from ..engine.protocol import ServedModels
@@ -51,17 +51,17 @@ def _api_key(args: argparse.Namespace) -> str | None:
     return config.api_key()
 
 def keep_alive(text: str) -> float | None:
-    """``--keep-alive``: seconds or a Go duration as Ollama takes them
-    ("5m", "1h"; negative: forever), in seconds (None: forever)."""
+    """``--keep-alive``: seconds, or a duration as a request's ``keep_alive``
+    takes it ("5m", "1h"; negative: forever), in seconds (None: forever)."""
     try:
-        seconds = float(text)
+        value: float | str = float(text)
     except ValueError:
-        try:
-            seconds = go_duration_seconds(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 5m, 1h, 300, -1 for forever)") \
-                from None
-    return None if seconds < 0 else seconds
+        value = text
+    try:
+        return keep_alive_seconds(value)
+    except MnnEngineError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 5m, 1h, 300, -1 for forever)") \
+            from None
 
 
 def _duration(seconds: float | None) -> str:
@@ -92,7 +92,7 @@ def _models(args: argparse.Namespace) -> tuple[ServedModels, Callable[[], None],
             f"{engine.active_model_id or model} for every request (--no-switch)"
     pool = ModelPool(defaults=load_overrides(args), max_loaded=args.max_loaded, keep_alive=args.keep_alive)
     try:
-        count = len(pool.store.list())
+        count = pool.plan.models
         print(f"mnn-engine: up to {pool.max_loaded} model{'s' if pool.max_loaded > 1 else ''} loaded at once "
               f"({pool.plan.reason}); {_duration(pool.keep_alive)}", file=sys.stderr, flush=True)
         if args.model:

@@ -42,7 +42,7 @@ from ..hub import catalog
 from ..runtime.llm import DEFAULT_CONTEXT
 from ..runtime.memory import give_back_memory, total_memory_bytes
 from ..runtime.model_files import CONFIG_NAME, model_files, model_kind, read_config
-from ..store.layout import ModelInfo, model_id_from_name
+from ..store.layout import ModelInfo, model_id_from_name, served_name
 from ..store.models import ModelStore
 from .engine import Engine, LoadOptions, model_options, pull_with_events, server_launcher
 from .events import EventStream
@@ -84,26 +84,28 @@ class MemoryPlan:
     max_loaded: int
     memory_budget: int
     reason: str
+    models: int = 0  # in the store when planned
 
 
 def plan_memory(total_ram: int, model_sizes: list[int], max_loaded: int | None = None) -> MemoryPlan:
     """``max_loaded`` as asked, else decided from the RAM and the largest
     model: one under ``SMALL_DEVICE_BYTES``, else as many of the largest as
     fit in ``MEMORY_SHARE`` of the RAM, at most ``MOST_LOADED``."""
+    count = len(model_sizes)
     budget = int(total_ram * MEMORY_SHARE) if total_ram else 0
     ram = f"{total_ram / 2**30:.1f} GiB of RAM" if total_ram else "RAM unknown"
     if max_loaded is not None:
         if isinstance(max_loaded, bool) or not isinstance(max_loaded, int) or max_loaded < 1:
             raise MnnEngineError("invalid_argument", f"max_loaded must be at least 1 (got {max_loaded!r})",
                                  param="max_loaded")
-        return MemoryPlan(max_loaded, budget, f"--max-loaded {max_loaded} ({ram})")
+        return MemoryPlan(max_loaded, budget, f"--max-loaded {max_loaded} ({ram})", count)
     if total_ram and total_ram < SMALL_DEVICE_BYTES:
-        return MemoryPlan(1, budget, f"{ram}, under {SMALL_DEVICE_BYTES // 2**30} GiB: one model at a time")
+        return MemoryPlan(1, budget, f"{ram}, under {SMALL_DEVICE_BYTES // 2**30} GiB: one model at a time", count)
     largest = max(model_sizes, default=0)
     fit = budget // largest if largest and budget else MOST_LOADED
-    count = max(1, min(MOST_LOADED, fit))
     what = f"{fit} of the largest model ({largest / 2**20:.0f} MiB)" if largest else "any model"
-    return MemoryPlan(count, budget, f"{ram}: half of it holds {what}; at most {MOST_LOADED}")
+    return MemoryPlan(max(1, min(MOST_LOADED, fit)), budget, f"{ram}: half of it holds {what}; at most {MOST_LOADED}",
+                      count)
 
 
 @dataclass
@@ -531,6 +533,13 @@ class ModelPool:
             out.append(self._entry(slot, facts))
         return out
 
+    def model(self, name: str) -> dict[str, Any]:
+        """One served model's entry (as ``models`` lists it); reads its files: off the IOLoop."""
+        facts = self.facts(name)
+        with self._cond:
+            slot = self._slots[facts.name]
+        return self._entry(slot, facts)
+
     def _entry(self, slot: _Slot, facts: ModelFacts) -> dict[str, Any]:
         with self._cond:
             engine = slot.engine if slot.state == "loaded" else None
@@ -625,15 +634,6 @@ def check_keep_alive(seconds: Any) -> float | None:
         raise MnnEngineError("invalid_argument", f"keep_alive must be a number of seconds (got {seconds!r})",
                              param="keep_alive")
     return None if seconds < 0 or seconds == float("inf") else float(seconds)
-
-
-def served_name(model_id: str | None, path: str | None) -> str | None:
-    """The name clients see: the store ID, else the model directory's name."""
-    if model_id:
-        return model_id
-    if path:
-        return path.rstrip("/").rsplit("/", 1)[-1] or "model"
-    return None
 
 
 def _names(asked: str, *names: str | None) -> bool:

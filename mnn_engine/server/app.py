@@ -43,6 +43,7 @@ from ..errors import ERROR_CODES, MnnEngineError
 from ..net import is_loopback_host
 from ..runtime.embedding import EmbeddingResult
 from ..runtime.generation import GenerationResult
+from ..store.layout import served_name
 from ..workers import DaemonPool
 from .openapi import openapi_spec
 from .session import GenerationSession
@@ -251,7 +252,8 @@ class HealthHandler(JsonHandler):
         models = self.ctx.models
         snap = models.snapshot()
         model = {k: snap["model"].get(k) for k in ("state", "id", "options", "context_limit", "kind", "speculative")}
-        model["name"] = served_name(snap["model"]) if snap["model"]["state"] == "loaded" else None
+        model["name"] = served_name(snap["model"]["id"], snap["model"]["path"]) \
+            if snap["model"]["state"] == "loaded" else None
         model["capabilities"] = []
         engine = dict(models.loaded_engines()).get(model["name"] or "")
         with contextlib.suppress(MnnEngineError):  # unloaded meanwhile: none
@@ -277,11 +279,6 @@ class HealthHandler(JsonHandler):
                                                           "timeout_s": self.ctx.queue.timeout},
             "last_error": snap["last_error"],
         })
-
-
-def served_name(model: Mapping[str, Any]) -> str | None:
-    """The name clients see for a snapshot's model: the store ID, else the model directory's name."""
-    return model.get("id") or (model.get("path") or "model").rstrip("/").rsplit("/", 1)[-1]
 
 
 class OpenApiHandler(JsonHandler):

@@ -173,9 +173,7 @@ class ShowHandler(OllamaBodyHandler):
         name = self.model_named_in(self.parse_body())
         facts = await self.model_facts()
         details, count = await asyncio.wrap_future(self.ctx.text_work.submit(_facts_details, facts))
-        entry = next((e for e in await asyncio.wrap_future(self.ctx.text_work.submit(self.ctx.models.models))
-                      if e["name"] == name), None)
-        context = entry["context_length"] if entry is not None else facts.context_length
+        context = (await asyncio.wrap_future(self.ctx.text_work.submit(self.ctx.models.model, name)))["context_length"]
         architecture = str(facts.config.get("model_type", "")) or "mnn"
         self.send_json({"modelfile": "", "parameters": "", "template": "", "details": details,
                         # Ollama's key is <architecture>.context_length (e.g. qwen3.context_length): tools read it

@@ -31,6 +31,15 @@ def model_id_from_name(name: str) -> str:
     return slug
 
 
+def served_name(model_id: str | None, path: str | None) -> str | None:
+    """The name clients see for a model: its store ID, else its directory's name (None: neither)."""
+    if model_id:
+        return model_id
+    if path:
+        return path.rstrip("/").rsplit("/", 1)[-1] or "model"
+    return None
+
+
 def check_model_id(model_id: str) -> str:
     """Accept only IDs that are already in slug form."""
     if not isinstance(model_id, str) or model_id_from_name(model_id) != model_id:

@@ -64,11 +64,23 @@ def test_keep_alive_as_ollama_reads_it(body, expected):
     assert keep_alive_field(body) == expected
 
 
-@pytest.mark.parametrize("value", [True, [5], "soon", "300"])
+@pytest.mark.parametrize("value", [True, [5], "soon", "300", float("nan")])
 def test_a_keep_alive_ollama_refuses_is_refused(value):
     with pytest.raises(MnnEngineError) as err:
         keep_alive_field({"keep_alive": value})
     assert err.value.param == "keep_alive"
+
+
+def test_serve_keep_alive_flag_takes_seconds_and_the_same_durations():
+    import argparse
+
+    from mnn_engine.cli.serve import keep_alive
+
+    assert keep_alive("5m") == 300.0 and keep_alive("300") == 300.0 and keep_alive("0") == 0.0
+    assert keep_alive("-1") is None and keep_alive("-1m") is None
+    for bad in ("soon", "nan", "5 m"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            keep_alive(bad)
 
 
 # ---------------------------------------------------------------- on real engines

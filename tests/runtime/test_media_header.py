@@ -14,7 +14,9 @@ from mnn_engine.runtime.media_header import MAX_PIXELS, MAX_SIDE, MediaRefused, 
 
 
 def jpeg(width: int, height: int, sof: int = 0xC0, exif: int = 0) -> bytes:
-    """A JPEG's leading segments (SOI, an APP1 of ``exif`` bytes, a frame header): what the check reads."""
+    """A JPEG's leading segments (SOI, an APP1 of ``exif`` bytes, a frame header), as ITU-T T.81
+    (JPEG) Annex B lays them out: what the check reads. No JPEG encoder is installed here; a real
+    JPEG (Chromium's canvas encoder) goes through the check and MNN's decoder in the page test."""
     app1 = b"\xff\xe1" + struct.pack(">H", exif + 2) + b"\0" * exif if exif else b""
     frame = b"\xff" + bytes([sof]) + struct.pack(">HBHHB", 11, 8, height, width, 1) + b"\x01\x11\x00"
     return b"\xff\xd8" + app1 + frame + b"\xff\xda"

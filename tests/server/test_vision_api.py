@@ -118,7 +118,6 @@ def test_the_decoded_files_are_gone_after_the_request(vl):
     status, _, body = vl.post_json({"messages": [{"role": "user", "content": [
         {"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}]})
     assert status == 400 and "fetches nothing" in body["error"]["message"]
-    assert json.dumps(body)  # an answer, not a crash
 
 
 def test_generate_image_from_the_command_line_here_and_through_a_server(vl, tmp_path):
