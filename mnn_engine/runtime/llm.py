@@ -71,6 +71,22 @@ _FOREIGN_IDS_HINT = ("; token arrays are read as this model's own token ids, so 
 MARKUP_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 
 
+def _rows_batch_independent(core: _mnn.LlmCore) -> bool:
+    """Whether this MNN gives tokens inside a batch the logits (and KV) it
+    gives them one forward at a time, bit for bit: what lossless speculative
+    verification and reuse of any cached prefix need. True with our MNN patch
+    (subprojects/packagefiles/MNN/0002-batch-independent-rows.patch) on the
+    kernels it covers; an unpatched MNN (the PyPI wheel's) or another CPU's
+    kernels say False, and then speculation stays off in int4 and the prompt
+    cache keeps whole chunks. Empties the prompt cache."""
+    ids = core.tokenize(_COST_PROBE_TEXT)
+    prompt, tail = ids[:4], ids[4:10]
+    with captured_native_output():
+        alone = core.forward_rows(prompt, [[t] for t in tail])
+        return all(core.forward_rows(prompt, cuts) == alone
+                   for cuts in ([tail[:2], tail[2:]], [tail[:1], tail[1:4], tail[4:]], [tail]))
+
+
 def check_speculative(speculative: Any, draft_tokens: Any) -> None:
     """A model's speculative-decoding defaults: "auto", "ngram" or "off", and a draft length."""
     if speculative != "auto":
@@ -101,9 +117,13 @@ class Llm:
     ``cache_prompt=True/False`` per call) keeps the KV cache between
     generations and prefills only what a new prompt does not share with the
     previous one; ``GenerationResult.cached_tokens`` says how much was
-    reused. It is exact: prompts are prefilled in chunks aligned to
-    64-token positions and only whole chunks are kept, so a prefill over
-    the cache computes what a fresh prefill computes, bit for bit. ``load()``
+    reused. It is exact: where MNN's rows do not depend on the batch they
+    are computed in (``batch_exact``, checked at load: true with the MNN
+    patch mnn-engine builds with) any shared prefix is kept, the previous
+    answer's tokens included; elsewhere prompts are prefilled in chunks
+    aligned to 64-token positions and only whole chunks are kept. Either way
+    a prefill over the cache computes what a fresh prefill computes, bit for
+    bit. ``load()``
     reads the weights and warms the model up; ``close()`` frees it (also at
     exit). Generation methods take the prompt as text (used as is), token ids,
     or chat messages (``[{"role": ..., "content": ...}]``, rendered with the
@@ -119,14 +139,16 @@ class Llm:
     decoding's. How many drafts to verify follows the measured cost of a
     verification (``verify_costs``, measured at load or at first use) and
     the acceptance so far; drafting pauses when it does not pay. The
-    logits of a verification come from MNN's batched kernels. With float
-    weights (MNN ``memory`` "normal" or "high") they equal the single-token
-    kernels' and the output is plain decoding's, token for token. In the
-    int4 low-memory mode (``memory`` "low", most models' default and the
-    fastest) the batched kernels quantise activations differently, so
-    outputs drift from plain decoding's within tens of tokens. Hence the
-    default ``speculative="auto"``: on with float weights, off in low-memory
-    mode (``speculative_default`` says which); see docs/benchmarks.md.
+    logits of a verification come from MNN's batched kernels. Where
+    ``batch_exact`` holds they are the single-token kernels' bit for bit, and
+    the output is plain decoding's, token for token and in log-probabilities.
+    An unpatched MNN (the PyPI wheel's) quantises a batch's activations
+    differently in the int4 low-memory mode (``memory`` "low", most models'
+    default), so outputs would drift from plain decoding's within tens of
+    tokens. Hence the default ``speculative="auto"``: on where
+    ``batch_exact`` holds or the weights are float (``memory`` "normal" or
+    "high": there the rows differ in their last bits only), else off
+    (``speculative_default`` says which); see docs/benchmarks.md.
 
     A text-embedding model (``kind == "embedding"``: its graph outputs
     sentence embeddings) takes ``embed()`` instead of the generation methods.
@@ -157,6 +179,8 @@ class Llm:
         self.speculative = speculative
         #: what "auto" resolved to at load ("ngram" or "off")
         self.speculative_default = "off"
+        #: MNN computes a token's logits and KV the same alone and in any batch (checked at load)
+        self.batch_exact = False
         self.draft_tokens = draft_tokens
         #: cost of a verifying forward over 1, 2, ... tokens relative to one token (empty until measured)
         self.verify_costs: list[float] = []
@@ -242,9 +266,13 @@ class Llm:
             self._max_token_bytes = max(1, core.max_token_bytes(self._vocab_size))
             self._exact_cuts = splits_exactly(core.tokenize)
             self.verify_costs = []
+            self.batch_exact = self.kind == "chat" and _rows_batch_independent(core)
+            core.exact_reuse = self.batch_exact
             self.speculative_default = self.speculative
             if self.speculative == "auto":
-                self.speculative_default = "off" if config.get("memory", "low") == "low" else "ngram"
+                # int4 low-memory weights: only where a batch's rows are a lone row's, bit for bit
+                low = config.get("memory", "low") == "low"
+                self.speculative_default = "ngram" if self.batch_exact or not low else "off"
             if self.speculative_default == "ngram" and self.kind == "chat":
                 self._measure_verify_costs(core, self.draft_tokens)
             log.info("loaded %s (%s model, vocab %d, context %d)", self.config_path, self.kind, self._vocab_size,

@@ -20,6 +20,9 @@ cdef class LlmCore:
     cdef readonly str config_path
     #: a text-embedding model (MNN's Embedding): embed() instead of generate()
     cdef readonly cbool embedding
+    #: MNN's rows do not depend on the batch (checked at load): the prompt
+    #: cache keeps any shared prefix, generated tokens included
+    cdef public cbool exact_reuse
 
     def __cinit__(self, str config_path, bint embedding=False):
         self.config_path = config_path
@@ -200,6 +203,10 @@ cdef class LlmCore:
         """How many token ids the KV cache holds for the prompt cache."""
         return self._held.size()
 
+    def held_ids(self) -> list:
+        """The token ids the KV cache holds for the prompt cache, in order."""
+        return list(self._held)
+
     def forget(self) -> None:
         """Drop the prompt cache: the next generation prefills everything."""
         self._held.clear()
@@ -231,7 +238,7 @@ cdef class LlmCore:
         cdef vector[int] prompt = prompt_ids
         cdef size_t keep = 0
         if settings.reuse:
-            keep = kept_prefix(common_prefix(self._held, prompt), prompt.size())
+            keep = kept_prefix(common_prefix(self._held, prompt), prompt.size(), self.exact_reuse)
             if keep > 0 and llm.getCurrentHistory() < self._held.size():
                 keep = 0  # not what MNN holds: never trust it
         self._held.clear()
@@ -262,11 +269,17 @@ cdef class LlmCore:
         with nogil:
             loop.run(prompt, keep)
         if loop.finish != F_ERROR:
-            # Only the prompt: the generated tokens in the KV cache were
-            # computed by the decode kernels, and a fresh run would prefill
-            # them (as part of the next turn's prompt); reusing them would
-            # change the outputs. They are erased on reuse.
-            self._held = prompt
+            # With exact reuse, the prompt and the generated tokens whose KV
+            # MNN holds (a next turn that repeats the answer reuses them).
+            # Without it, only the prompt: the generated tokens' KV came from
+            # single-token forwards, which a fresh prefill would not
+            # reproduce bit for bit; they are erased on reuse.
+            if self.exact_reuse:
+                self._held = loop.history
+                if self._held.size() > <size_t>llm.getCurrentHistory():
+                    self._held.resize(llm.getCurrentHistory())
+            else:
+                self._held = prompt
         if loop.error is not None:
             raise loop.error
         if loop.callback_error is not None:
@@ -336,6 +349,47 @@ cdef class LlmCore:
             varp_reset(logits_var)
             llm.reset()
         return out
+
+    def forward_rows(self, prompt_ids, batches) -> bytes:
+        """The float32 logits of every token of ``batches`` (lists of ids), row
+        after row: the KV cache is reset, ``prompt_ids`` prefilled as the
+        engine prefills, then each batch is one forward after the last, all
+        logits returned. The same tokens in other batch sizes must give the same
+        bytes where MNN's arithmetic is batch-independent (what speculative
+        verification and the prompt cache rely on)."""
+        cdef Llm* llm = self._require()
+        cdef vector[int] prompt = prompt_ids
+        cdef vector[int] ids
+        cdef VARP logits_var
+        cdef const float* data = NULL
+        cdef int vocab = 0
+        cdef int rows = 0
+        cdef cbool all_on = True
+        out = []
+        self._held.clear()
+        with nogil:
+            llm.reset()
+            if prompt.size() > 0:
+                logits_var = prefill(llm, prompt, 0, &self._cancel)
+        try:
+            for batch in batches:
+                ids = batch
+                if ids.size() == 0:
+                    raise ValueError("forward_rows needs non-empty batches")
+                with nogil:
+                    all_on = set_all_logits(llm, True)
+                    varp_reset(logits_var)
+                    logits_var = llm.forward(ids, False)
+                    data = read_all_logits(logits_var, &vocab, &rows)
+                if not all_on or data == NULL or rows != <int>ids.size():
+                    raise RuntimeError(f"MNN returned {rows} rows of logits for {ids.size()} tokens")
+                out.append(PyBytes_FromStringAndSize(<const char*>data, <Py_ssize_t>rows * vocab * sizeof(float)))
+        finally:
+            with nogil:
+                set_all_logits(llm, False)
+                varp_reset(logits_var)
+                llm.reset()
+        return b"".join(out)
 
     def set_verify_costs(self, costs) -> None:
         """Costs of verifying forwards over 1, 2, ... tokens relative to one

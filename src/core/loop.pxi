@@ -37,7 +37,7 @@ cdef class _Loop:
     # speculative decoding (spec_max 0: plain decoding)
     cdef int spec_max
     cdef vector[double]* verify_cost
-    cdef vector[int] history  # prompt and output: where drafts are looked up
+    cdef vector[int] history  # prompt and output: where drafts are looked up, what the KV cache holds
     cdef vector[int] drafts
     cdef int drafted, accepted
     cdef double accept_s, accept_t  # faded successes and trials of draft tokens
@@ -97,9 +97,9 @@ cdef class _Loop:
                 self.error = exc
                 self.finish = F_ERROR
                 return
+        self.history = prompt
         if self.spec_max > 0:
             if set_all_logits(self.llm, True):
-                self.history = prompt
                 self.accept_s = ACCEPT_PRIOR_S
                 self.accept_t = ACCEPT_PRIOR_T
                 self.probe_wait = PROBE_WAIT
@@ -119,8 +119,7 @@ cdef class _Loop:
                 break
             self.sampler.accept(token)
             self.tokens.push_back(token)
-            if self.spec_max > 0:
-                self.history.push_back(token)
+            self.history.push_back(token)
             if self.sampler.p.top_logprobs >= 0:
                 self.logprobs.push_back(self.sampler.last_logprob)
                 self.top_logprobs.push_back(self.sampler.last_top)
@@ -174,6 +173,10 @@ cdef class _Loop:
             nrows = k + 1
             row = 0
             logits = rows_base
+        if nrows > 1 and row + 1 < nrows:
+            # drafts verified but not kept: out of the KV cache, which then
+            # holds the history but its last token (the prompt cache's view)
+            self.llm.eraseHistory(kv_base + 1 + row, 0)
         if self.finish != F_ERROR and not self.callback_failed:
             self.flush_held()
         self.t_end = monotonic_ns()

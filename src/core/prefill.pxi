@@ -2,16 +2,18 @@
 # Included by src/_mnn.pyx: one extension, a file per concept.
 
 # Prompts are prefilled in chunks whose boundaries sit at multiples of
-# PREFILL_CHUNK positions. A prefill over a kept KV cache then computes
-# exactly the chunks a fresh prefill computes (MNN's kernels round
-# differently for different batch shapes, so an unaligned split would not be
-# bit-identical); the prompt cache keeps whole chunks only. 0: one batch.
+# PREFILL_CHUNK positions. Where MNN's arithmetic depends on the batch shape
+# (an unpatched MNN: LlmCore.exact_reuse off), a prefill over a kept KV cache
+# is bit-identical to a fresh one only if it computes the same chunks, so the
+# prompt cache keeps whole chunks only. With exact_reuse (our MNN patch,
+# checked at load: Llm.batch_exact) any shared prefix is kept. 0: one batch.
 cdef size_t PREFILL_CHUNK = 64
 
 
 def set_prefill_chunk(size_t tokens) -> None:
     """Chunk size of prompt prefills (0: the whole prompt in one batch). For
-    measurements; the prompt cache is exact only with a fixed, non-zero size."""
+    measurements; without exact reuse the prompt cache is exact only with a
+    fixed, non-zero size."""
     global PREFILL_CHUNK
     PREFILL_CHUNK = tokens
 
@@ -20,13 +22,16 @@ def prefill_chunk() -> int:
     return PREFILL_CHUNK
 
 
-cdef size_t kept_prefix(size_t common, size_t prompt_size) noexcept nogil:
-    """How much of a cached prefix to keep: whole chunks, and at least one
-    token of the prompt left to prefill (its logits start the answer)."""
+cdef size_t kept_prefix(size_t common, size_t prompt_size, cbool exact) noexcept nogil:
+    """How much of a cached prefix to keep: all of it where MNN's rows do not
+    depend on the batch (``exact``), else whole chunks; and at least one token
+    of the prompt left to prefill (its logits start the answer)."""
     if prompt_size == 0:
         return 0
     if common > prompt_size - 1:
         common = prompt_size - 1
+    if exact:
+        return common
     if PREFILL_CHUNK == 0:  # one batch: nothing lines up, keep what matches but two tokens
         return common - 1 if common + MIN_PREFILL > prompt_size and common > 0 else common
     return (common // PREFILL_CHUNK) * PREFILL_CHUNK

@@ -1,8 +1,11 @@
 """The prompt (KV) cache, on by default: what it reuses, when it must not,
-and that it changes nothing: prompts are prefilled in chunks aligned to
-fixed positions and only whole chunks are kept, so greedy outputs and their
-log-probabilities with the cache equal those without it, bit for bit, over
-every kind of conversation edit."""
+and that it changes nothing: with MNN's rows batch-independent (our patch,
+``Llm.batch_exact``) any shared prefix is kept, the previous answer's tokens
+included; without, prompts are prefilled in chunks aligned to fixed
+positions and only whole chunks are kept. Either way greedy outputs and
+their log-probabilities with the cache equal those without it, bit for bit,
+over every kind of conversation edit, split at whatever point the edit
+leaves."""
 
 from __future__ import annotations
 
@@ -20,10 +23,21 @@ USER_TEXTS = ["Tell me about the sea.", "Why?", "And the mountains?", "Say it in
 SYSTEMS = ["You are brief.", "Be kind and helpful.", "Answer like a pirate."]
 
 
-def kept(common: int, prompt: int) -> int:
-    """What the cache keeps of a shared prefix: whole prefill chunks, one token left to prefill."""
+def kept(llm: Llm, common: int, prompt: int) -> int:
+    """What the cache keeps of a shared prefix, one token left to prefill:
+    all of it where MNN is batch-exact, else whole prefill chunks."""
+    if llm.batch_exact:
+        return min(common, prompt - 1)
     chunk = _mnn.prefill_chunk()
     return min(common, prompt - 1) // chunk * chunk
+
+
+def shared(a, b) -> int:
+    return sum(1 for _ in itertools.takewhile(lambda pair: pair[0] == pair[1], zip(a, b, strict=False)))
+
+
+def held_ids(llm: Llm) -> list[int]:
+    return llm._core.held_ids()
 
 
 @pytest.fixture(scope="module")
@@ -40,21 +54,32 @@ def test_on_by_default(tiny):
     assert tiny.prompt_cache is True
     tiny.generate(chat, temperature=0, max_tokens=5)
     n = len(tiny.prompt_ids(chat))
-    assert tiny.generate(chat, temperature=0, max_tokens=5).cached_tokens == kept(n, n) > 0
+    assert tiny.generate(chat, temperature=0, max_tokens=5).cached_tokens == kept(tiny, n, n) > 0
 
 
 def test_turns_reuse_the_history(smollm):
     conversation = [{"role": "system", "content": "You are brief."}]
     smollm.forget_prompt_cache()
+    reused_answers = 0
     for turn in range(4):
         conversation.append({"role": "user", "content": USER_TEXTS[turn] * 5})
+        before = held_ids(smollm)
         result = smollm.generate(conversation, temperature=0, max_tokens=12)
-        if turn:  # the previous prompt is kept, in whole chunks
-            expected = kept(len(smollm.prompt_ids(conversation[:-2])), result.prompt_tokens)
+        if turn:  # what the cache held of the last turn: its prompt, and (exact) its answer
+            expected = kept(smollm, shared(before, result.prompt_ids), result.prompt_tokens)
             assert result.cached_tokens == expected
             assert result.usage["prompt_tokens_details"]["cached_tokens"] == expected
-        assert smollm.held_tokens == result.prompt_tokens
+            reused_answers += result.cached_tokens > len(smollm.prompt_ids(conversation[:-2]))
+        held = held_ids(smollm)
+        if smollm.batch_exact:  # the prompt, then the answer's tokens whose KV was computed
+            assert held[:result.prompt_tokens] == list(result.prompt_ids)
+            assert held[result.prompt_tokens:] == list(result.token_ids[:len(held) - result.prompt_tokens])
+            assert len(result.token_ids) - 1 <= len(held) - result.prompt_tokens <= len(result.token_ids)
+        else:
+            assert held == list(result.prompt_ids)
         conversation.append({"role": "assistant", "content": result.text})
+    # the chat template re-tokenises an answer to the ids generated: its KV is reused
+    assert reused_answers == (3 if smollm.batch_exact else 0)
 
 
 EDITS = st.sampled_from(["append", "append", "regenerate", "edit_earlier", "drop_oldest", "system", "thinking"])
@@ -96,11 +121,9 @@ def test_greedy_outputs_with_the_cache_equal_those_without(request, fresh_models
         assert reference.cached_tokens == 0
         assert cached.token_ids == reference.token_ids
         assert [(e.logprob, e.top) for e in cached.logprobs] == [(e.logprob, e.top) for e in reference.logprobs]
-        # exactly what the cache can keep of the prompt it holds: the shared prefix, in whole chunks
-        common = sum(1 for _ in itertools.takewhile(lambda pair: pair[0] == pair[1],
-                                                     zip(previous, cached.prompt_ids, strict=False)))
-        assert cached.cached_tokens == kept(common, len(cached.prompt_ids))
-        previous = cached.prompt_ids
+        # exactly what the cache can keep of what it holds: the shared prefix (in whole chunks unless exact)
+        assert cached.cached_tokens == kept(llm, shared(previous, cached.prompt_ids), len(cached.prompt_ids))
+        previous = held_ids(llm)
         chat.append({"role": "assistant", "content": cached.text})
 
 
@@ -109,7 +132,7 @@ def test_regenerating_keeps_whole_chunks_and_prefills_the_rest(tiny):
     tiny.generate(chat, temperature=0, max_tokens=5, cache_prompt=True)
     again = tiny.generate(chat, temperature=0, max_tokens=5, cache_prompt=True)
     n = len(tiny.prompt_ids(chat))
-    assert again.cached_tokens == kept(n, n) and n - again.cached_tokens <= _mnn.prefill_chunk()
+    assert again.cached_tokens == kept(tiny, n, n) and n - again.cached_tokens <= _mnn.prefill_chunk()
 
 
 @pytest.mark.parametrize("ending", ["stop_string", "max_tokens", "cancel", "callback_error"])
@@ -130,10 +153,12 @@ def test_every_way_a_generation_ends_keeps_a_usable_cache(tiny, ending):
             raise RuntimeError("callback broke")
         with pytest.raises(RuntimeError):
             tiny.generate(chat, max_tokens=50, callback=fail, **kw)
-    assert tiny.held_tokens == len(tiny.prompt_ids(chat))
+    held = held_ids(tiny)
+    prompt = tiny.prompt_ids(chat)
+    assert held[:len(prompt)] == prompt and (tiny.batch_exact or held == prompt)
     longer = [*chat, {"role": "assistant", "content": "The sea."}, {"role": "user", "content": "More?"}]
     result = tiny.generate(longer, max_tokens=8, **kw)
-    expected = kept(len(tiny.prompt_ids(chat)), result.prompt_tokens)
+    expected = kept(tiny, shared(held, result.prompt_ids), result.prompt_tokens)
     assert result.cached_tokens == expected > 0 and result.finish_reason in ("stop", "length")
 
 

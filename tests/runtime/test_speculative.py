@@ -6,10 +6,12 @@ drafts verified one single-token forward at a time (the test hook
 ``_verify_serially``): then the logits are plain decoding's, bit for bit,
 and everything else (drafting, acceptance, KV-cache erasure, the random
 stream, penalties, biases, grammar, stop strings, limits, logprobs, cancel)
-is the loop's. With MNN's batched verification the outputs equal plain
-decoding's with float weights; with int4 low-memory weights MNN's batched
-kernels quantise activations differently and outputs may drift, so there
-only what does not depend on the logits' last bits is asserted.
+is the loop's. With MNN's batched verification the outputs are plain
+decoding's too, token for token and in log-probabilities, in the int4
+low-memory mode, where our MNN patch makes a batch's rows a lone row's
+(``Llm.batch_exact``; tests/runtime/test_batch_exactness.py); an unpatched
+MNN (the PyPI wheel's) drifts there, and then only what does not depend on
+the logits' last bits is asserted.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import SCRIPTED_TEXT, test_model_dir
 
-from mnn_engine import GenerationConfig, Llm, LoadOptions, MnnEngineError
+from mnn_engine import GenerationConfig, Llm, LoadOptions, MnnEngineError, build_info
 
+# our MNN patch (not in the PyPI wheel's MNN) makes batched verification exact
+PATCHED = build_info()["mode"] != "wheel"
 PASSAGE = ("The Amazon rainforest covers much of the Amazon basin of South America. The basin encompasses seven "
            "million square kilometres, of which five and a half million square kilometres are covered by the "
            "rainforest. The region includes territory belonging to nine nations.")
@@ -94,6 +98,23 @@ def test_the_loop_is_lossless_with_plain_decodings_logits(smol, prompt, sampling
     assert drafted.decode_steps + drafted.accepted_tokens >= drafted.completion_tokens - 1
 
 
+@pytest.mark.skipif(not PATCHED, reason="the PyPI wheel's MNN is not patched")
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(GROUNDED), _SAMPLING, st.integers(1, 7))
+def test_batched_verification_in_int4_is_plain_decoding(smol, prompt, sampling, draft_tokens):
+    """MNN's batched forwards (int4 low-memory weights, the default mode)
+    give the verification plain decoding's logits: the same answer and the
+    same log-probabilities, whatever the sampler does."""
+    assert smol.batch_exact
+    if sampling.get("logprobs"):
+        sampling["top_logprobs"] = 2
+    sampling.setdefault("max_tokens", 48)
+    sampling.setdefault("seed", 1)
+    plain = smol.generate(prompt, speculative="off", **sampling)
+    drafted = smol.generate(prompt, draft_tokens=draft_tokens, **sampling)
+    _same(plain, drafted)
+
+
 def test_drafts_are_made_and_kept_on_grounded_prompts(smol):
     with _serially(smol):
         results = [smol.generate(p, temperature=0, max_tokens=64) for p in GROUNDED]
@@ -148,6 +169,8 @@ def test_the_context_limit_is_kept_exactly():
     assert fast.completion_tokens == plain.completion_tokens == 160 - plain.prompt_tokens
     assert fast.accepted_tokens > 0
     _same(plain, serial)
+    if PATCHED:
+        _same(plain, fast)
 
 
 def test_with_float_weights_batched_verification_changes_no_token():
@@ -164,15 +187,24 @@ def test_with_float_weights_batched_verification_changes_no_token():
         assert accepted > 10
 
 
-def test_auto_is_off_with_low_memory_weights_and_costs_are_measured_on_first_use():
+def test_auto_follows_the_load_time_exactness_check():
+    """int4 low-memory weights: "auto" drafts where MNN's batched rows are a
+    lone row's (costs measured at load), else it stays off (costs measured
+    on first use of speculative="ngram")."""
     with Llm(test_model_dir("tiny-scripted"), thread_num=1) as llm:
-        assert llm.speculative == "auto" and llm.speculative_default == "off" and llm.verify_costs == []
-        assert llm.generate("Hi", max_tokens=8).drafted_tokens == 0
+        assert llm.speculative == "auto" and llm.batch_exact is PATCHED
+        if PATCHED:
+            assert llm.speculative_default == "ngram" and len(llm.verify_costs) == 8
+        else:
+            assert llm.speculative_default == "off" and llm.verify_costs == []
+            assert llm.generate("Hi", max_tokens=8).drafted_tokens == 0
         prompt = [{"role": "user", "content": f"Say: {SCRIPTED_TEXT} {SCRIPTED_TEXT}"}]
-        result = llm.generate(prompt, temperature=0, speculative="ngram", draft_tokens=3)
-        assert len(llm.verify_costs) == 4 and llm.verify_costs[0] == 1.0
-        # the scripted model's margins dwarf the kernels' differences: the same answer
+        plain = llm.generate(prompt, temperature=0, speculative="off", logprobs=True)
+        result = llm.generate(prompt, temperature=0, speculative="ngram", draft_tokens=3, logprobs=True)
+        assert len(llm.verify_costs) in (4, 8) and llm.verify_costs[0] == 1.0
         assert result.text == SCRIPTED_TEXT and result.accepted_tokens > 0
+        if PATCHED:
+            _same(plain, result)
 
 
 @pytest.mark.parametrize(("options", "param"), [
@@ -211,6 +243,7 @@ def test_the_server_reports_drafts_in_usage(tmp_path):
         assert response.usage.completion_tokens_details.accepted_prediction_tokens == 0
         status, _, body = live.post_json({"messages": messages, "speculative": "always"})
         assert status == 400 and body["error"]["param"] == "speculative"
-        assert json.loads(live.request("GET", "/health")[2])["model"]["speculative"] == "off"
+        expected = "ngram" if PATCHED else "off"  # "auto" in int4: on where batched rows are exact
+        assert json.loads(live.request("GET", "/health")[2])["model"]["speculative"] == expected
     finally:
         live.close()

@@ -1,0 +1,91 @@
+"""A token's logits do not depend on the batch it is computed in.
+
+Speculative verification (drafts checked in one batched forward) and the
+prompt cache (a prefill over a kept KV cache) rely on it: the rows MNN
+computes for tokens inside a batch of any size must be the rows it computes
+for them one forward at a time, bit for bit, and so must the KV entries the
+next forwards read. MNN 3.6.1 did not give that (a single row took another
+quantisation scheme and, in float, a kernel that summed in another order);
+subprojects/packagefiles/MNN/0002-batch-independent-rows.patch makes it so,
+and ``Llm.batch_exact`` checks it at load. Every batch size 2..32 is tried,
+at a random position among random others, after a prompt; one case runs past
+MNN's 64-position attention block so the blocked softmax is crossed too.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from support import test_model_dir
+
+from mnn_engine import Llm, build_info
+
+PROMPT = "The history of the sea is long and full of storms, ships, and sailors who told stories about monsters. "
+ROWS = 48
+# The PyPI wheel's MNN is not patched: there the check at load must say so (test below).
+PATCHED = build_info()["mode"] != "wheel"
+
+
+def _partitions(rng: random.Random, n: int):
+    """For each batch size 2..32, cuts of n tokens with one batch of that size
+    at a random position and random sizes (1..32) around it."""
+    for size in range(2, 33):
+        start = rng.randrange(0, n - size + 1)
+        cuts, i = [], 0
+        while i < start:
+            step = min(rng.randint(1, 32), start - i)
+            cuts.append((i, i + step))
+            i += step
+        cuts.append((i, i + size))
+        i += size
+        while i < n:
+            step = min(rng.randint(1, 32), n - i)
+            cuts.append((i, i + step))
+            i += step
+        yield size, cuts
+
+
+def _differing_rows(alone: bytes, batched: bytes, rows: int) -> list[int]:
+    width = len(alone) // rows
+    return [r for r in range(rows) if alone[r * width:(r + 1) * width] != batched[r * width:(r + 1) * width]]
+
+
+def _check(model: str, prompt_tokens: int, seed: int, **config) -> None:
+    with Llm(test_model_dir(model), thread_num=2, speculative="off", **config) as llm:
+        ids = llm.tokenize(PROMPT * 12)
+        assert len(ids) >= prompt_tokens + ROWS
+        prompt, tail = ids[:prompt_tokens], ids[prompt_tokens:prompt_tokens + ROWS]
+        core = llm._core
+        alone = core.forward_rows(prompt, [[t] for t in tail])
+        assert len(alone) == ROWS * llm.vocab_size * 4
+        for size, cuts in _partitions(random.Random(seed), ROWS):
+            batched = core.forward_rows(prompt, [tail[a:b] for a, b in cuts])
+            bad = _differing_rows(alone, batched, ROWS)
+            assert not bad, f"batch of {size} in {[b - a for a, b in cuts]}: rows {bad} differ from rows alone"
+        assert llm.batch_exact
+
+
+@pytest.mark.skipif(not PATCHED, reason="the PyPI wheel's MNN is not patched")
+@pytest.mark.parametrize("model", ["tiny", "smollm2-135m"])
+def test_rows_are_batch_independent_in_int4(model):
+    _check(model, prompt_tokens=20, seed=1)
+
+
+@pytest.mark.skipif(not PATCHED, reason="the PyPI wheel's MNN is not patched")
+def test_rows_are_batch_independent_past_an_attention_block():
+    # 60 prompt tokens + 48 rows: kv crosses MNN_FLASH_ATTENTION_BLOCK_SIZE (64)
+    _check("tiny", prompt_tokens=60, seed=2)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not PATCHED, reason="the PyPI wheel's MNN is not patched")
+def test_rows_are_batch_independent_on_the_qwen_shape():
+    _check("qwen3-0.6b-shape", prompt_tokens=20, seed=3)
+
+
+@pytest.mark.skipif(PATCHED, reason="the patched MNN is exact")
+def test_the_load_time_check_reports_an_unpatched_mnn():
+    with Llm(test_model_dir("smollm2-135m"), thread_num=2) as llm:
+        assert llm.batch_exact is False
+        assert llm.speculative_default == "off"
