@@ -17,14 +17,12 @@ from __future__ import annotations
 import random
 
 import pytest
-from support import test_model_dir
+from support import MNN_BATCH_EXACT, MNN_PATCHED, test_model_dir
 
-from mnn_engine import Llm, build_info
+from mnn_engine import Llm
 
 PROMPT = "The history of the sea is long and full of storms, ships, and sailors who told stories about monsters. "
 ROWS = 48
-# The PyPI wheel's MNN is not patched: there the check at load must say so (test below).
-PATCHED = build_info()["mode"] != "wheel"
 
 
 def _partitions(rng: random.Random, n: int):
@@ -66,25 +64,25 @@ def _check(model: str, prompt_tokens: int, seed: int, **config) -> None:
         assert llm.batch_exact
 
 
-@pytest.mark.skipif(not PATCHED, reason="the PyPI wheel's MNN is not patched")
+@pytest.mark.skipif(not MNN_BATCH_EXACT, reason="patch 0002 covers AVX-512 builds of our MNN only")
 @pytest.mark.parametrize("model", ["tiny", "smollm2-135m"])
 def test_rows_are_batch_independent_in_int4(model):
     _check(model, prompt_tokens=20, seed=1)
 
 
-@pytest.mark.skipif(not PATCHED, reason="the PyPI wheel's MNN is not patched")
+@pytest.mark.skipif(not MNN_BATCH_EXACT, reason="patch 0002 covers AVX-512 builds of our MNN only")
 def test_rows_are_batch_independent_past_an_attention_block():
     # 60 prompt tokens + 48 rows: kv crosses MNN_FLASH_ATTENTION_BLOCK_SIZE (64)
     _check("tiny", prompt_tokens=60, seed=2)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not PATCHED, reason="the PyPI wheel's MNN is not patched")
+@pytest.mark.skipif(not MNN_BATCH_EXACT, reason="patch 0002 covers AVX-512 builds of our MNN only")
 def test_rows_are_batch_independent_on_the_qwen_shape():
     _check("qwen3-0.6b-shape", prompt_tokens=20, seed=3)
 
 
-@pytest.mark.skipif(PATCHED, reason="the patched MNN is exact")
+@pytest.mark.skipif(MNN_PATCHED, reason="our MNN is patched")
 def test_the_load_time_check_reports_an_unpatched_mnn():
     with Llm(test_model_dir("smollm2-135m"), thread_num=2) as llm:
         assert llm.batch_exact is False

@@ -71,7 +71,8 @@ def test_astream_does_not_block_the_event_loop(tiny, chat):
 
 
 def test_result_stats(scripted, chat):
-    result = scripted.generate(chat, temperature=0)
+    scripted.forget_prompt_cache()  # (any earlier test's shared prefix would be reused)
+    result = scripted.generate(chat, temperature=0, speculative="off")
     assert result.prompt_tokens == len(scripted.prompt_ids(chat))
     assert 0 < result.prefill_ms <= result.time_to_first_token_ms <= result.total_ms
     assert result.decode_ms > 0 and result.decode_steps == result.completion_tokens

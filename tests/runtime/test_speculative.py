@@ -22,12 +22,10 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import SCRIPTED_TEXT, test_model_dir
+from support import MNN_BATCH_EXACT, SCRIPTED_TEXT, test_model_dir
 
-from mnn_engine import GenerationConfig, Llm, LoadOptions, MnnEngineError, build_info
+from mnn_engine import GenerationConfig, Llm, LoadOptions, MnnEngineError
 
-# our MNN patch (not in the PyPI wheel's MNN) makes batched verification exact
-PATCHED = build_info()["mode"] != "wheel"
 PASSAGE = ("The Amazon rainforest covers much of the Amazon basin of South America. The basin encompasses seven "
            "million square kilometres, of which five and a half million square kilometres are covered by the "
            "rainforest. The region includes territory belonging to nine nations.")
@@ -98,7 +96,7 @@ def test_the_loop_is_lossless_with_plain_decodings_logits(smol, prompt, sampling
     assert drafted.decode_steps + drafted.accepted_tokens >= drafted.completion_tokens - 1
 
 
-@pytest.mark.skipif(not PATCHED, reason="the PyPI wheel's MNN is not patched")
+@pytest.mark.skipif(not MNN_BATCH_EXACT, reason="patch 0002 covers AVX-512 builds of our MNN only")
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.sampled_from(GROUNDED), _SAMPLING, st.integers(1, 7))
 def test_batched_verification_in_int4_is_plain_decoding(smol, prompt, sampling, draft_tokens):
@@ -169,7 +167,7 @@ def test_the_context_limit_is_kept_exactly():
     assert fast.completion_tokens == plain.completion_tokens == 160 - plain.prompt_tokens
     assert fast.accepted_tokens > 0
     _same(plain, serial)
-    if PATCHED:
+    if MNN_BATCH_EXACT:
         _same(plain, fast)
 
 
@@ -192,8 +190,8 @@ def test_auto_follows_the_load_time_exactness_check():
     lone row's (costs measured at load), else it stays off (costs measured
     on first use of speculative="ngram")."""
     with Llm(test_model_dir("tiny-scripted"), thread_num=1) as llm:
-        assert llm.speculative == "auto" and llm.batch_exact is PATCHED
-        if PATCHED:
+        assert llm.speculative == "auto" and llm.batch_exact is MNN_BATCH_EXACT
+        if MNN_BATCH_EXACT:
             assert llm.speculative_default == "ngram" and len(llm.verify_costs) == 8
         else:
             assert llm.speculative_default == "off" and llm.verify_costs == []
@@ -203,7 +201,7 @@ def test_auto_follows_the_load_time_exactness_check():
         result = llm.generate(prompt, temperature=0, speculative="ngram", draft_tokens=3, logprobs=True)
         assert len(llm.verify_costs) in (4, 8) and llm.verify_costs[0] == 1.0
         assert result.text == SCRIPTED_TEXT and result.accepted_tokens > 0
-        if PATCHED:
+        if MNN_BATCH_EXACT:
             _same(plain, result)
 
 
@@ -243,7 +241,7 @@ def test_the_server_reports_drafts_in_usage(tmp_path):
         assert response.usage.completion_tokens_details.accepted_prediction_tokens == 0
         status, _, body = live.post_json({"messages": messages, "speculative": "always"})
         assert status == 400 and body["error"]["param"] == "speculative"
-        expected = "ngram" if PATCHED else "off"  # "auto" in int4: on where batched rows are exact
+        expected = "ngram" if MNN_BATCH_EXACT else "off"  # "auto" in int4: on where batched rows are exact
         assert json.loads(live.request("GET", "/health")[2])["model"]["speculative"] == expected
     finally:
         live.close()

@@ -54,7 +54,9 @@ CACHE = Path.home() / ".cache" / "mnn-engine" / "peers"
 LLAMA_CPP = "llama-cpp-python==0.3.36"
 COMMON_CMAKE = "-DGGML_OPENMP=ON -DCMAKE_BUILD_TYPE=Release"
 BUILDS = {  # build name -> (venv, CMake arguments)
-    "native": (Path.home() / ".cache" / "mnn-engine" / "peers-venv", f"-DGGML_NATIVE=ON {COMMON_CMAKE}"),
+    # AMX off: a VM can report AMX in cpuinfo without granting the tile state (ggml then dies with SIGILL)
+    "native": (Path.home() / ".cache" / "mnn-engine" / "peers-venv",
+               f"-DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF {COMMON_CMAKE}"),
     "avx2": (Path.home() / ".cache" / "mnn-engine" / "peers-venv-avx2",
              "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "
              f"-DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX_VNNI=OFF {COMMON_CMAKE}"),
@@ -130,9 +132,9 @@ import importlib.util, sys
 from pathlib import Path
 import mnn_engine
 spec = importlib.util.find_spec("_mnncengine")
-ext = Path(mnn_engine._mnn.__file__)
-libs = [Path(spec.origin)] if spec is not None and spec.origin else sorted(
-    [*ext.parent.glob("libMNN*.so*"), *ext.parent.parent.glob(".mnn_engine.mesonpy.libs/libMNN*.so*")])
+# the libMNN the extension loaded (wheel, system or editable build: wherever its RUNPATH found it)
+mapped = sorted({line.split()[-1] for line in open("/proc/self/maps") if "/libMNN" in line.split()[-1]})
+libs = [Path(spec.origin)] if spec is not None and spec.origin else [Path(p) for p in mapped]
 if not libs:
     print("MNN engine library not found"); sys.exit()
 data = libs[0].read_bytes()

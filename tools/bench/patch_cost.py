@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""What the batch-exactness MNN patch costs: decode and prefill, patched against unpatched.
+
+Usage: python tools/bench/patch_cost.py --unpatched DIR [--models smollm2-135m qwen3-0.6b-shape] [--rounds 6]
+
+DIR holds a ``libMNN.so`` built from the same MNN 3.6.1 source without
+subprojects/packagefiles/MNN/0002-batch-independent-rows.patch (make one:
+``patch -R -p1 -d subprojects/MNN < .../0002-*.patch``, rebuild, copy
+``build/<dir>/subprojects/MNN/libMNN.so`` aside, re-apply, rebuild). The
+extension finds libMNN through its RUNPATH, which ``LD_LIBRARY_PATH``
+overrides, so one install runs both. Every measurement is a fresh process
+(int4 low-memory mode, speculation and the prompt cache off, 2 threads), the
+two builds alternate round by round, and the report gives paired ratios
+(patched / unpatched, per round, median). Targets (issue #32): decode within
+2 %, prefill within 5 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+from common import machine, median, paired_ratio, save, test_model  # tools/bench is on sys.path
+
+WORKER = """
+import json, sys
+from mnn_engine import Llm
+path, gen, prompt_words = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with Llm(path, thread_num=2, prompt_cache=False, speculative="off") as llm:
+    prompt = llm.tokenize(("The lighthouse keeper watched the ships pass in the storm. " * 64))[:prompt_words]
+    llm.generate(prompt[:32], temperature=0, max_tokens=8, ignore_eos=True)  # warm-up
+    long = llm.generate(prompt, temperature=0, max_tokens=1)
+    short = llm.generate(prompt[:16], temperature=0, max_tokens=gen, ignore_eos=True)
+    print(json.dumps({"batch_exact": llm.batch_exact, "prefill_tps": long.prefill_tokens_per_second,
+                      "decode_tps": short.decode_tokens_per_second}))
+"""
+
+
+def run(path: str, gen: int, prompt: int, libdir: str | None) -> dict:
+    env = dict(os.environ)
+    if libdir:
+        env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    out = subprocess.run([sys.executable, "-c", WORKER, path, str(gen), str(prompt)], env=env, check=True,
+                         stdout=subprocess.PIPE, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--unpatched", required=True, help="directory holding the unpatched libMNN.so")
+    parser.add_argument("--models", nargs="+", default=["smollm2-135m", "qwen3-0.6b-shape"])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--gen", type=int, default=128)
+    parser.add_argument("--prompt", type=int, default=512, help="prefill length (tokens)")
+    args = parser.parse_args()
+
+    results = {}
+    for model in args.models:
+        path = str(test_model(model))
+        runs: dict[str, list[dict]] = {"patched": [], "unpatched": []}
+        for r in range(args.rounds):
+            order = ["patched", "unpatched"] if r % 2 == 0 else ["unpatched", "patched"]
+            for build in order:
+                runs[build].append(run(path, args.gen, args.prompt, args.unpatched if build == "unpatched" else None))
+        exact = {b: {x["batch_exact"] for x in runs[b]} for b in runs}
+        row = {"batch_exact": {b: sorted(v) for b, v in exact.items()}}
+        for key in ("decode_tps", "prefill_tps"):
+            ours = [x[key] for x in runs["patched"]]
+            base = [x[key] for x in runs["unpatched"]]
+            row[key] = {"patched": median(ours), "unpatched": median(base), "ratio": paired_ratio(ours, base)}
+        results[model] = row
+        print(f"{model}: decode {row['decode_tps']['patched']:.1f} vs {row['decode_tps']['unpatched']:.1f} tok/s "
+              f"({row['decode_tps']['ratio']:.3f}x), prefill {row['prefill_tps']['patched']:.0f} vs "
+              f"{row['prefill_tps']['unpatched']:.0f} tok/s ({row['prefill_tps']['ratio']:.3f}x); "
+              f"batch_exact {row['batch_exact']}", flush=True)
+    report = {"machine": machine(), "gen": args.gen, "prompt": args.prompt, "rounds": args.rounds, "models": results}
+    print(f"saved {save('patch_cost', report)}")
+
+
+if __name__ == "__main__":
+    main()
