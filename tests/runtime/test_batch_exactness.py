@@ -8,8 +8,11 @@ next forwards read. MNN 3.6.1 did not give that (a single row took another
 quantisation scheme and, in float, a kernel that summed in another order);
 subprojects/packagefiles/MNN/0002-batch-independent-rows.patch makes it so,
 and ``Llm.batch_exact`` checks it at load. Every batch size 2..32 is tried,
-at a random position among random others, after a prompt; one case runs past
-MNN's 64-position attention block so the blocked softmax is crossed too.
+at a random position among random others, after a prompt, in the int4
+low-memory mode (the default) and with float weights; one case runs past
+MNN's 64-position attention block so the blocked softmax is crossed too, and
+prefill-sized batches (64..300 tokens, where MNN's float path cuts its sums
+for the cache) are checked against 64-token chunks.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def _differing_rows(alone: bytes, batched: bytes, rows: int) -> list[int]:
     return [r for r in range(rows) if alone[r * width:(r + 1) * width] != batched[r * width:(r + 1) * width]]
 
 
-def _check(model: str, prompt_tokens: int, seed: int, **config) -> None:
+def _check(model: str, prompt_tokens: int, seed: int, **config: object) -> None:
     with Llm(test_model_dir(model), thread_num=2, speculative="off", **config) as llm:
         ids = llm.tokenize(PROMPT * 12)
         assert len(ids) >= prompt_tokens + ROWS
@@ -64,22 +67,37 @@ def _check(model: str, prompt_tokens: int, seed: int, **config) -> None:
         assert llm.batch_exact
 
 
-@pytest.mark.skipif(not MNN_BATCH_EXACT, reason="patch 0002 covers AVX-512 builds of our MNN only")
+@pytest.mark.skipif(not MNN_BATCH_EXACT, reason="patch 0002 is checked on x86-64 builds of our MNN only")
+@pytest.mark.parametrize("memory", ["low", "normal"])
 @pytest.mark.parametrize("model", ["tiny", "smollm2-135m"])
-def test_rows_are_batch_independent_in_int4(model):
-    _check(model, prompt_tokens=20, seed=1)
+def test_rows_are_batch_independent(model, memory):
+    _check(model, prompt_tokens=20, seed=1, memory=memory)
 
 
-@pytest.mark.skipif(not MNN_BATCH_EXACT, reason="patch 0002 covers AVX-512 builds of our MNN only")
+@pytest.mark.skipif(not MNN_BATCH_EXACT, reason="patch 0002 is checked on x86-64 builds of our MNN only")
+@pytest.mark.parametrize("memory", ["low", "normal"])
+def test_prefill_sized_batches_give_the_rows_of_64_token_chunks(memory):
+    n = 300
+    with Llm(test_model_dir("smollm2-135m"), thread_num=2, speculative="off", memory=memory) as llm:
+        ids = llm.tokenize(PROMPT * 30)
+        prompt, tail = ids[:10], ids[10:10 + n]
+        chunks = llm._core.forward_rows(prompt, [tail[i:i + 64] for i in range(0, n, 64)])
+        for size in (1, 96, 128, 200, 256, n):
+            got = llm._core.forward_rows(prompt, [tail[i:i + size] for i in range(0, n, size)])
+            assert not _differing_rows(chunks, got, n), f"batches of {size}"
+
+
+@pytest.mark.skipif(not MNN_BATCH_EXACT, reason="patch 0002 is checked on x86-64 builds of our MNN only")
 def test_rows_are_batch_independent_past_an_attention_block():
     # 60 prompt tokens + 48 rows: kv crosses MNN_FLASH_ATTENTION_BLOCK_SIZE (64)
     _check("tiny", prompt_tokens=60, seed=2)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not MNN_BATCH_EXACT, reason="patch 0002 covers AVX-512 builds of our MNN only")
-def test_rows_are_batch_independent_on_the_qwen_shape():
-    _check("qwen3-0.6b-shape", prompt_tokens=20, seed=3)
+@pytest.mark.skipif(not MNN_BATCH_EXACT, reason="patch 0002 is checked on x86-64 builds of our MNN only")
+@pytest.mark.parametrize("memory", ["low", "normal"])
+def test_rows_are_batch_independent_on_the_qwen_shape(memory):
+    _check("qwen3-0.6b-shape", prompt_tokens=20, seed=3, memory=memory)
 
 
 @pytest.mark.skipif(MNN_PATCHED, reason="our MNN is patched")
