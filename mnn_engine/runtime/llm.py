@@ -32,6 +32,7 @@ from .generation import (
 )
 from .model_files import model_files, model_kind, resolve_config_path, validate_model_dir
 from .native_output import captured_native_output
+from .prepared_cache import default_path_cache
 from .prompt import (
     DEFAULT_ANSWER_RESERVE,
     ChatMessages,
@@ -112,7 +113,11 @@ class Llm:
 
     ``Llm(path, **config_overrides)`` opens a model from its directory or its
     ``config.json``; the overrides (MNN config keys such as ``thread_num``,
-    ``precision``, ``max_all_tokens``) are applied before loading.
+    ``precision``, ``max_all_tokens``) are applied before loading. As
+    ``serve`` does, the weights MNN prepares are kept in its mmap cache
+    (``use_mmap`` in a ``tmp_path`` under the store's cache directory, by the
+    model's path) and mapped by later loads; ``use_mmap=False`` or a
+    ``tmp_path`` of your own says otherwise.
     The prompt cache (on by default; ``prompt_cache=False`` turns it off,
     ``cache_prompt=True/False`` per call) keeps the KV cache between
     generations and prefills only what a new prompt does not share with the
@@ -181,6 +186,8 @@ class Llm:
         self.speculative_default = "off"
         #: MNN computes a token's logits and KV the same alone and in any batch (checked at load)
         self.batch_exact = False
+        # the MNN config load() sets: the overrides and the default prepared-weights cache
+        self._mnn_overrides: dict[str, Any] | None = None
         self.draft_tokens = draft_tokens
         #: cost of a verifying forward over 1, 2, ... tokens relative to one token (empty until measured)
         self.verify_costs: list[float] = []
@@ -221,8 +228,23 @@ class Llm:
         with self._state_lock:
             if self._core is not None:
                 return self
-            check_in_child(self.config_path, model_files(self.config_path, self.file_config), self.config_overrides)
+            self._mnn_overrides = self._with_default_cache(self.config_overrides)
+            check_in_child(self.config_path, model_files(self.config_path, self.file_config), self._mnn_overrides)
             return self.load_in_this_process()
+
+    def _with_default_cache(self, overrides: dict[str, Any]) -> dict[str, Any]:
+        """``overrides`` and, unless they or the model's config say otherwise,
+        MNN's mmap cache of prepared weights (``use_mmap`` in a ``tmp_path``
+        under the store's cache, by the model's path): what ``serve`` loads
+        with, so a warm ``Llm(path)`` load maps them instead of repacking."""
+        if "use_mmap" in {**self.file_config, **overrides} or "tmp_path" in {**self.file_config, **overrides}:
+            return dict(overrides)
+        try:
+            cache = default_path_cache(self.model_dir)
+        except OSError as exc:  # a read-only home: load without the cache
+            log.info("no prepared-weights cache for %s: %s", self.model_dir, exc)
+            return dict(overrides)
+        return {**overrides, "use_mmap": True, "tmp_path": str(cache)}
 
     def load_in_this_process(self) -> Llm:
         """``load()`` without the child-process check (the first-touch child itself uses it)."""
@@ -230,11 +252,12 @@ class Llm:
             if self._core is not None:
                 return self
             started = time.perf_counter()
-            load_backend_library(str({**self.file_config, **self.config_overrides}.get("backend_type", "cpu")))
+            overrides = self._mnn_overrides if self._mnn_overrides is not None else self.config_overrides
+            load_backend_library(str({**self.file_config, **overrides}.get("backend_type", "cpu")))
             with captured_native_output() as lines:
                 core = _mnn.LlmCore(str(self.config_path), embedding=self.kind == "embedding")
-                if self.config_overrides:
-                    core.set_config(json.dumps(self.config_overrides))
+                if overrides:
+                    core.set_config(json.dumps(overrides))
                 ok = core.load()
             if ok and not core.embedding:
                 # generate_init then keeps the KV cache; the loop resets it when it cannot be reused

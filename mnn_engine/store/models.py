@@ -19,7 +19,6 @@ model that lists or loads.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -41,6 +40,7 @@ from ..runtime.model_files import (
     resolve_config_path,
     validate_model_dir,
 )
+from ..runtime.prepared_cache import CACHE_DIR_NAME, path_cache_dir, prepare_cache
 from .layout import SOURCE_FILE, ModelInfo, ModelLock, check_model_id, model_id_from_name, read_source
 from .pull import pull, rollback
 
@@ -54,35 +54,6 @@ ProgressCallback = Callable[[int, int, str], None]
 def store_root() -> Path:
     """Where the store lives (see the module doc; ``config.store_root``)."""
     return config.store_root()
-
-
-def prepare_cache(cache_dir: Path, model_dir: Path, engine: dict[str, Any] | None = None) -> None:
-    """Make ``cache_dir`` fit for MNN's ``tmp_path``: its mmap cache holds the
-    prepared weights, packed by one engine build for one CPU's kernels, so it
-    is emptied whenever the model's files change (size or modification time)
-    or ``engine`` (default: ``build.engine_identity()``) differs, or MNN would
-    map stale or foreign weights."""
-    if engine is None:
-        from ..runtime.build import engine_identity
-
-        engine = engine_identity()
-    config_path = model_dir / CONFIG_NAME
-    files = {"config": config_path, **model_files(config_path, read_config(config_path))}
-    stamp: dict[str, Any] = {"engine": engine}
-    for key, path in files.items():
-        with contextlib.suppress(OSError):
-            info = path.stat()
-            stamp[key] = [info.st_size, info.st_mtime_ns]
-    stamp_file = cache_dir / "model-stamp.json"
-    try:
-        current = json.loads(stamp_file.read_text())
-    except (OSError, ValueError):
-        current = None
-    if current == stamp:
-        return
-    shutil.rmtree(cache_dir, ignore_errors=True)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    stamp_file.write_text(json.dumps(stamp))
 
 
 def _tree_files(root: Path) -> list[Path]:
@@ -126,7 +97,7 @@ class ModelStore:
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.root = Path(root).expanduser() if root is not None else store_root()
         self.models_dir = self.root / "models"
-        self.cache_dir = self.root / "cache"
+        self.cache_dir = self.root / CACHE_DIR_NAME
         self.in_use: Callable[[str], bool] = lambda _model_id: False
 
     # ---------------------------------------------------------------- queries
@@ -143,10 +114,7 @@ class ModelStore:
     def prepared_cache(self, model_id: str | None, model_dir: Path) -> Path:
         """MNN's ``tmp_path`` for a model (by store ID, else by its directory's
         path), emptied if the model's files changed since it was filled."""
-        if model_id is not None:
-            cache = self.cache_path(model_id)
-        else:
-            cache = self.cache_dir / f"path-{hashlib.sha256(str(model_dir.resolve()).encode()).hexdigest()[:12]}"
+        cache = self.cache_path(model_id) if model_id is not None else path_cache_dir(self.cache_dir, model_dir)
         prepare_cache(cache, model_dir)
         return cache
 

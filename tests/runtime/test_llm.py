@@ -584,3 +584,19 @@ def test_broken_kv_quantisation_modes_are_refused_however_given(tmp_path):
         Llm(model)
     assert err.value.param == "quant_qkv"
     Llm(model, quant_qkv=1)  # an override replaces the file's setting
+
+
+def test_a_model_opened_by_path_maps_its_prepared_weights_as_serve_does(tmp_path, monkeypatch):
+    """``Llm(path)`` loads with MNN's mmap cache of prepared weights (in the
+    store's cache, by the model's path), as ``serve`` does; a later load maps
+    them instead of repacking. An explicit ``use_mmap`` is left alone."""
+    monkeypatch.setenv("MNN_ENGINE_HOME", str(tmp_path / "home"))
+    model = test_model_dir("smollm2-135m")
+    with Llm(model, thread_num=1) as llm:
+        cache = Path(llm._mnn_overrides["tmp_path"])
+        assert llm._mnn_overrides["use_mmap"] is True and cache.parent == tmp_path / "home" / "cache"
+        assert llm.generate("Hi", max_tokens=2, temperature=0).completion_tokens == 2
+    weights = sum(f.stat().st_size for f in cache.iterdir() if f.name != "model-stamp.json")
+    assert weights > 1_000_000  # MNN's prepared weights
+    with Llm(model, thread_num=1, use_mmap=False) as plain:
+        assert "tmp_path" not in plain._mnn_overrides and plain._mnn_overrides["use_mmap"] is False

@@ -269,7 +269,7 @@ def test_resolve_ids_and_paths(store):
 
 
 def test_cache_is_emptied_when_the_model_changes(tmp_path):
-    from mnn_engine.store.models import prepare_cache
+    from mnn_engine.runtime.prepared_cache import prepare_cache
 
     model = _fake_model(tmp_path / "m", GOOD)
     cache = tmp_path / "cache"
@@ -284,7 +284,7 @@ def test_cache_is_emptied_when_the_model_changes(tmp_path):
 
 def test_cache_is_emptied_when_the_engine_build_or_cpu_changes(tmp_path):
     from mnn_engine.runtime.build import engine_identity
-    from mnn_engine.store.models import prepare_cache
+    from mnn_engine.runtime.prepared_cache import prepare_cache
 
     model = _fake_model(tmp_path / "m", GOOD)
     cache = tmp_path / "cache"
@@ -315,7 +315,7 @@ def test_cpu_kernel_features_from_cpuinfo():
 
 
 def test_cache_stamp_follows_the_files_the_config_names(tmp_path):
-    from mnn_engine.store.models import prepare_cache
+    from mnn_engine.runtime.prepared_cache import prepare_cache
 
     files = {"graph.mnn": b"g", "weights.bin": b"w", "tok.txt": b"t"}
     model = _fake_model(tmp_path / "m", {"llm_model": "graph.mnn", "llm_weight": "weights.bin",
