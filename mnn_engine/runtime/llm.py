@@ -236,8 +236,17 @@ class Llm:
         """``overrides`` and, unless they or the model's config say otherwise,
         MNN's mmap cache of prepared weights (``use_mmap`` in a ``tmp_path``
         under the store's cache, by the model's path): what ``serve`` loads
-        with, so a warm ``Llm(path)`` load maps them instead of repacking."""
-        if "use_mmap" in {**self.file_config, **overrides} or "tmp_path" in {**self.file_config, **overrides}:
+        with, so a warm ``Llm(path)`` load maps them instead of repacking.
+        Only in the int4 low-memory mode: MNN 3.6.1 crashes mapping its own
+        cache of float weights (memory "normal"/"high": a warm load segfaults
+        in ConvolutionCommon::load), so those modes load without it."""
+        given = {**self.file_config, **overrides}
+        if given.get("memory", "low") != "low":
+            if given.get("use_mmap"):
+                log.warning("use_mmap is ignored with memory %r: MNN 3.6.1 cannot map its cache of float weights",
+                            given.get("memory"))
+            return {**overrides, "use_mmap": False}
+        if "use_mmap" in given or "tmp_path" in given:
             return dict(overrides)
         try:
             cache = default_path_cache(self.model_dir)
