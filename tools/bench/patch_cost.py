@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """What the batch-exactness MNN patch costs: decode and prefill, patched against unpatched.
 
-Usage: python tools/bench/patch_cost.py --unpatched DIR [--models smollm2-135m qwen3-0.6b-shape] [--rounds 6]
+Usage: python tools/bench/patch_cost.py [--unpatched DIR] [--models smollm2-135m qwen3-0.6b-shape] [--rounds 8]
 
-DIR holds a ``libMNN.so`` built from the same MNN 3.6.1 source without
-subprojects/packagefiles/MNN/0002-batch-independent-rows.patch (make one:
-``patch -R -p1 -d subprojects/MNN < .../0002-*.patch``, rebuild, copy
-``build/<dir>/subprojects/MNN/libMNN.so`` aside, re-apply, rebuild). The
-extension finds libMNN through its RUNPATH, which ``LD_LIBRARY_PATH``
+DIR holds a ``libMNN.so`` built as the default build's but without
+subprojects/packagefiles/MNN/0002-batch-independent-rows.patch: make it with
+``tools/mnn/build_unpatched.sh 0002``, which this script runs when DIR (by
+default build/unpatched-0002/lib) has none (once: MNN builds in ~25 min).
+The extension finds libMNN through its RUNPATH, which ``LD_LIBRARY_PATH``
 overrides, so one install runs both. Every measurement is a fresh process
 (int4 low-memory mode, speculation and the prompt cache off, 2 threads), the
 two builds alternate round by round, and the report gives paired ratios
@@ -22,8 +22,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
-from common import machine, median, paired_ratio, save, test_model  # tools/bench is on sys.path
+from common import REPO, machine, median, paired_ratio, save, test_model  # tools/bench is on sys.path
+
+UNPATCHED = REPO / "build" / "unpatched-0002" / "lib"
 
 WORKER = """
 import json, sys
@@ -50,12 +53,16 @@ def run(path: str, gen: int, prompt: int, libdir: str | None) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--unpatched", required=True, help="directory holding the unpatched libMNN.so")
+    parser.add_argument("--unpatched", type=Path, default=UNPATCHED, help="directory holding the unpatched libMNN.so")
     parser.add_argument("--models", nargs="+", default=["smollm2-135m", "qwen3-0.6b-shape"])
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--gen", type=int, default=128)
     parser.add_argument("--prompt", type=int, default=512, help="prefill length (tokens)")
     args = parser.parse_args()
+    if not (args.unpatched / "libMNN.so").is_file():
+        if args.unpatched != UNPATCHED:
+            sys.exit(f"no libMNN.so in {args.unpatched}")
+        subprocess.run(["bash", str(REPO / "tools" / "mnn" / "build_unpatched.sh"), "0002"], check=True)
 
     results = {}
     for model in args.models:
@@ -64,7 +71,8 @@ def main() -> None:
         for r in range(args.rounds):
             order = ["patched", "unpatched"] if r % 2 == 0 else ["unpatched", "patched"]
             for build in order:
-                runs[build].append(run(path, args.gen, args.prompt, args.unpatched if build == "unpatched" else None))
+                libdir = str(args.unpatched) if build == "unpatched" else None
+                runs[build].append(run(path, args.gen, args.prompt, libdir))
         exact = {b: {x["batch_exact"] for x in runs[b]} for b in runs}
         row = {"batch_exact": {b: sorted(v) for b, v in exact.items()}}
         for key in ("decode_tps", "prefill_tps"):

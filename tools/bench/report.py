@@ -318,6 +318,38 @@ def structured_section(data: dict[str, Any]) -> list[str]:
 SPECULATIVE_TARGETS = {"grounded": 1.5, "open-ended": 0.98, "worst": 0.97}
 
 
+def patch_cost_section(data: dict[str, Any]) -> list[str]:
+    lines = ["## The batch-exactness patch: what it costs (`tools/bench/patch_cost.py`)", "",
+             "Our MNN (patch `0002-batch-independent-rows`) against the same MNN without it "
+             "(`tools/mnn/build_unpatched.sh 0002`), one install, the library swapped by `LD_LIBRARY_PATH`; "
+             f"a fresh process per measurement, the builds alternating, {data['rounds']} rounds; int4 low-memory "
+             f"mode, 2 threads, speculation and the prompt cache off. Decode: {data['gen']} greedy tokens after "
+             f"a 16-token prompt; prefill: a {data['prompt']}-token prompt. Ratios: patched / unpatched, the "
+             "median of per-round ratios.", "",
+             "| model | decode tok/s patched / unpatched | decode ratio | prefill tok/s patched / unpatched | "
+             "prefill ratio | batch_exact patched / unpatched |", "|---|---|---|---|---|---|"]
+    for model, r in data["models"].items():
+        d, p = r["decode_tps"], r["prefill_tps"]
+        exact = r["batch_exact"]
+        lines.append(f"| {model} | {d['patched']:.1f} / {d['unpatched']:.1f} | {d['ratio']:.3f}x | "
+                     f"{p['patched']:.0f} / {p['unpatched']:.0f} | {p['ratio']:.3f}x | "
+                     f"{'/'.join(str(v) for v in exact['patched'])} / {'/'.join(str(v) for v in exact['unpatched'])} |")
+    return lines
+
+
+def prefill_chunk_section(data: dict[str, Any]) -> list[str]:
+    lines = ["## Prefill chunk size (`tools/bench/prefill_chunk.py`)", "",
+             f"A fresh {data['prompt']}-token prompt prefilled in chunks of each size (0: whole), a process per "
+             f"size and round, {data['rounds']} rounds rotating; int4 low-memory mode, 2 threads; prefill tok/s "
+             "medians, and each size against 64 (median of per-round ratios).", "",
+             "| model | " + " | ".join(f"{'whole' if s == '0' else s}" for s in next(iter(data["models"].values())))
+             + " |", "|---|" + "---|" * len(next(iter(data["models"].values())))]
+    for model, sizes in data["models"].items():
+        lines.append(f"| {model} | " + " | ".join(f"{v['prefill_tps']:.0f} ({v['vs_64']:.3f}x)"
+                                                 for v in sizes.values()) + " |")
+    return lines
+
+
 def _speculative_kind(kind: str) -> str:
     return "worst" if kind.startswith("worst") else kind
 
@@ -436,6 +468,13 @@ def targets_section(results: Path) -> list[str]:
     speculative = load(results, "speculative")
     if speculative:
         rows += speculative_targets(speculative)
+    patch_cost = load(results, "patch_cost")
+    if patch_cost:
+        for model, r in patch_cost["models"].items():
+            rows += [(f"{model}: decode with patch 0002 within 2 % of without", f"{r['decode_tps']['ratio']:.3f}x",
+                      r["decode_tps"]["ratio"] >= 0.98),
+                     (f"{model}: prefill with patch 0002 within 5 % of without",
+                      f"{r['prefill_tps']['ratio']:.3f}x", r["prefill_tps"]["ratio"] >= 0.95)]
     lines = ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
     lines += [f"| {name} | {value} | {'yes' if ok else '**no**'} |" for name, value, ok in rows]
     return lines
@@ -452,7 +491,8 @@ def main() -> None:
                 ("kv_quality", kv_quality_section), ("profile", profile_section),
                 ("conversation", conversation_section), ("cache_exactness", cache_exactness_section),
                 ("threads", threads_section), ("structured", structured_section),
-                ("speculative", speculative_section)]
+                ("speculative", speculative_section), ("patch_cost", patch_cost_section),
+                ("prefill_chunk", prefill_chunk_section)]
     machine = None
     body: list[str] = []
     for name, render in sections:
