@@ -257,6 +257,7 @@ cdef class LlmCore:
         loop.context_limit = settings.context_limit
         loop.ignore_eos = settings.ignore_eos
         loop.whole_prefill = settings.whole_prefill
+        loop.exact_reuse = self.exact_reuse
         loop.cancel_flag = &self._cancel
         loop.token_text = &self._token_text
         loop.fail_after = self._fail_after

@@ -15,6 +15,7 @@ cdef class _Loop:
     cdef int context_limit
     cdef cbool ignore_eos
     cdef cbool whole_prefill
+    cdef cbool exact_reuse  # MNN's rows are batch-independent: prefill in the large chunks
     cdef atomic[int]* cancel_flag
     cdef unordered_map[int, string]* token_text
     cdef int fail_after
@@ -78,7 +79,7 @@ cdef class _Loop:
         self.t_prefill_end = 0
         self.cached = <int>keep
         # the KV cache holds prompt[:keep]: what follows is erased, the rest prefilled
-        logits_var = prefill(self.llm, prompt, keep, self.cancel_flag, self.whole_prefill)
+        logits_var = prefill(self.llm, prompt, keep, self.cancel_flag, self.whole_prefill, self.exact_reuse)
         self.t_prefill_end = monotonic_ns()
         if self.cancelled():
             self.finish = F_CANCELLED

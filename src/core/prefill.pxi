@@ -1,25 +1,30 @@
 # Prefill and the prompt cache: chunk-aligned prefills, kept prefixes, scoring.
 # Included by src/_mnn.pyx: one extension, a file per concept.
 
-# Prompts are prefilled in chunks whose boundaries sit at multiples of
-# PREFILL_CHUNK positions. Where MNN's arithmetic depends on the batch shape
-# (an unpatched MNN: LlmCore.exact_reuse off), a prefill over a kept KV cache
-# is bit-identical to a fresh one only if it computes the same chunks, so the
-# prompt cache keeps whole chunks only. With exact_reuse (our MNN patch,
-# checked at load: Llm.batch_exact) any shared prefix is kept. 0: one batch.
+# Prompts are prefilled in chunks whose boundaries sit at multiples of the
+# chunk size. Where MNN's arithmetic depends on the batch shape (an unpatched
+# MNN: LlmCore.exact_reuse off), a prefill over a kept KV cache is
+# bit-identical to a fresh one only if it computes the same chunks, so the
+# prompt cache keeps whole chunks only, and chunks stay small (64) so that
+# little is re-prefilled. With exact_reuse (our MNN patch, checked at load:
+# Llm.batch_exact) any shared prefix is kept and chunks are as large as MNN
+# runs fastest (256: tools/bench/prefill_chunk.py). 0: one batch.
 cdef size_t PREFILL_CHUNK = 64
+cdef size_t EXACT_PREFILL_CHUNK = 256
 
 
 def set_prefill_chunk(size_t tokens) -> None:
-    """Chunk size of prompt prefills (0: the whole prompt in one batch). For
-    measurements; without exact reuse the prompt cache is exact only with a
-    fixed, non-zero size."""
-    global PREFILL_CHUNK
+    """Chunk size of prompt prefills, with and without exact reuse (0: the
+    whole prompt in one batch). For measurements; without exact reuse the
+    prompt cache is exact only with a fixed, non-zero size."""
+    global PREFILL_CHUNK, EXACT_PREFILL_CHUNK
     PREFILL_CHUNK = tokens
+    EXACT_PREFILL_CHUNK = tokens
 
 
-def prefill_chunk() -> int:
-    return PREFILL_CHUNK
+def prefill_chunk(exact: bool = False) -> int:
+    """Chunk size of prompt prefills without (default) or with exact reuse."""
+    return EXACT_PREFILL_CHUNK if exact else PREFILL_CHUNK
 
 
 cdef size_t kept_prefix(size_t common, size_t prompt_size, cbool exact) noexcept nogil:
@@ -38,10 +43,11 @@ cdef size_t kept_prefix(size_t common, size_t prompt_size, cbool exact) noexcept
 
 
 cdef VARP prefill(Llm* llm, const vector[int]& prompt, size_t keep, atomic[int]* cancel,
-                  cbool whole=False) noexcept nogil:
+                  cbool whole=False, cbool exact=False) noexcept nogil:
     """Prefill prompt[keep:] over a KV cache holding prompt[:keep] (keep 0:
-    from scratch), chunk by chunk (``whole``: in one forward); the logits of
-    the last token, or an empty VARP when cancelled between chunks.
+    from scratch), chunk by chunk (``whole``: in one forward; ``exact``: in
+    the exact-reuse chunk size); the logits of the last token, or an empty
+    VARP when cancelled between chunks.
 
     A prompt with images or audio goes whole: MNN's ``Omni::embedding``
     splices the encoder's embeddings in for the pad tokens of the one forward
@@ -52,6 +58,7 @@ cdef VARP prefill(Llm* llm, const vector[int]& prompt, size_t keep, atomic[int]*
     cdef vector[int] chunk
     cdef size_t start = keep
     cdef size_t end
+    cdef size_t size = EXACT_PREFILL_CHUNK if exact else PREFILL_CHUNK
     if keep > 0:
         if llm.getCurrentHistory() > keep:
             llm.eraseHistory(keep, 0)
@@ -59,8 +66,8 @@ cdef VARP prefill(Llm* llm, const vector[int]& prompt, size_t keep, atomic[int]*
         llm.reset()
     while start < prompt.size():
         end = prompt.size()
-        if not whole and PREFILL_CHUNK > 0 and end - start > PREFILL_CHUNK - start % PREFILL_CHUNK:
-            end = start - start % PREFILL_CHUNK + PREFILL_CHUNK
+        if not whole and size > 0 and end - start > size - start % size:
+            end = start - start % size + size
         chunk.assign(prompt.begin() + start, prompt.begin() + end)
         varp_reset(logits_var)
         llm.generate_init(NULL, NULL)  # each chunk is a prefill (a forward counts as a generated step)

@@ -7,12 +7,14 @@ For each kept length K and new length S, the prompt's first K tokens are
 prefilled and kept (the prompt cache), then the next S tokens are prefilled
 over them; the first generated token's top-5 log-probabilities are compared
 with a fresh prefill of all K + S tokens. One row per K, one character per S:
-``.`` identical, ``x`` different. With prefills in one batch (``--chunk 0``)
-MNN 3.6.1 on x86-64 AVX2 gives identical results only where the split falls
-right against its row tiling (a period of 24 tokens for short prompts,
-another beyond; deterministic, independent of threads). With the aligned
-chunks mnn-engine prefills in (the default), every split is identical: the
-prompt cache is exact. Re-run it on a new MNN or another CPU.
+``.`` identical, ``x`` different. Unpatched, MNN 3.6.1 on x86-64 AVX2 gives
+identical results with prefills in one batch (``--chunk 0``) only where the
+split falls right against its row tiling (a period of 24 tokens for short
+prompts, another beyond), and mnn-engine's aligned chunks made every split
+identical by keeping whole chunks only. With patch 0002 (``Llm.batch_exact``)
+a row's result does not depend on its batch: every split is identical at
+any chunk size, ``--chunk 0`` included, and the cache keeps any prefix. Re-run
+it on a new MNN or another CPU.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the batch-exactness MNN patch costs: decode and prefill, patched against unpatched.
 
-Usage: python tools/bench/patch_cost.py [--unpatched DIR] [--models smollm2-135m qwen3-0.6b-shape] [--rounds 8]
+Usage: python tools/bench/patch_cost.py [--unpatched DIR] [--models smollm2-135m qwen3-0.6b-shape] [--rounds 10]
 
 DIR holds a ``libMNN.so`` built as the default build's but without
 subprojects/packagefiles/MNN/0002-batch-independent-rows.patch: make it with
@@ -9,7 +9,8 @@ subprojects/packagefiles/MNN/0002-batch-independent-rows.patch: make it with
 default build/unpatched-0002/lib) has none (once: MNN builds in ~25 min).
 The extension finds libMNN through its RUNPATH, which ``LD_LIBRARY_PATH``
 overrides, so one install runs both. Every measurement is a fresh process
-(int4 low-memory mode, speculation and the prompt cache off, 2 threads), the
+(int4 low-memory mode, speculation and the prompt cache off, 2 threads, 64-token
+prefill chunks for both), the
 two builds alternate round by round, and the report gives paired ratios
 (patched / unpatched, per round, median). Targets (issue #32): decode within
 2 %, prefill within 5 %.
@@ -30,8 +31,9 @@ UNPATCHED = REPO / "build" / "unpatched-0002" / "lib"
 
 WORKER = """
 import json, sys
-from mnn_engine import Llm
+from mnn_engine import Llm, _mnn
 path, gen, prompt_words = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+_mnn.set_prefill_chunk(64)  # the same chunks for both builds (batch_exact picks larger ones when it holds)
 with Llm(path, thread_num=2, prompt_cache=False, speculative="off") as llm:
     prompt = llm.tokenize(("The lighthouse keeper watched the ships pass in the storm. " * 64))[:prompt_words]
     llm.generate(prompt[:32], temperature=0, max_tokens=8, ignore_eos=True)  # warm-up
@@ -55,8 +57,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--unpatched", type=Path, default=UNPATCHED, help="directory holding the unpatched libMNN.so")
     parser.add_argument("--models", nargs="+", default=["smollm2-135m", "qwen3-0.6b-shape"])
-    parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--gen", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--gen", type=int, default=256)
     parser.add_argument("--prompt", type=int, default=512, help="prefill length (tokens)")
     args = parser.parse_args()
     if not (args.unpatched / "libMNN.so").is_file():

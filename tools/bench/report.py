@@ -323,7 +323,8 @@ def patch_cost_section(data: dict[str, Any]) -> list[str]:
              "Our MNN (patch `0002-batch-independent-rows`) against the same MNN without it "
              "(`tools/mnn/build_unpatched.sh 0002`), one install, the library swapped by `LD_LIBRARY_PATH`; "
              f"a fresh process per measurement, the builds alternating, {data['rounds']} rounds; int4 low-memory "
-             f"mode, 2 threads, speculation and the prompt cache off. Decode: {data['gen']} greedy tokens after "
+             f"mode, 2 threads, speculation and the prompt cache off, 64-token prefill chunks. Decode: {data['gen']} "
+             "greedy tokens after "
              f"a 16-token prompt; prefill: a {data['prompt']}-token prompt. Ratios: patched / unpatched, the "
              "median of per-round ratios.", "",
              "| model | decode tok/s patched / unpatched | decode ratio | prefill tok/s patched / unpatched | "
