@@ -60,11 +60,13 @@ def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkey
     for heading in ("## Targets", "## Our generation loop", "## HTTP streaming", "## Memory", "## Bandwidth ceiling",
                     "## Peers", "## Load time", "## KV-cache quantisation",
                     "## Where decode time goes", "## Conversations", "## Prompt cache: where", "## Default threads",
-                    "## Structured output"):
+                    "## Structured output", "## Speculative decoding", "## The batch-exactness patch",
+                    "## Prefill chunk size"):
         assert heading in text, heading
     assert "(not measured in this run)" not in text
     assert "| defaults: decode mnn / llama.cpp Q4_0 >= 1.3" in text
     assert "| defaults: prefill mnn / llama.cpp Q4_0 >= 1.5" in text
+    assert "| smollm2-135m: decode with patch 0002 within 2 % of without |" in text
 
 
 def test_report_reads_older_peer_results(tmp_path):
