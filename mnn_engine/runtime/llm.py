@@ -261,7 +261,9 @@ class Llm:
             if self._core is not None:
                 return self
             started = time.perf_counter()
-            overrides = self._mnn_overrides if self._mnn_overrides is not None else self.config_overrides
+            if self._mnn_overrides is None:  # (load() sets it; the first-touch child comes here directly)
+                self._mnn_overrides = self._with_default_cache(self.config_overrides)
+            overrides = self._mnn_overrides
             load_backend_library(str({**self.file_config, **overrides}.get("backend_type", "cpu")))
             with captured_native_output() as lines:
                 core = _mnn.LlmCore(str(self.config_path), embedding=self.kind == "embedding")
