@@ -237,14 +237,15 @@ class Llm:
         MNN's mmap cache of prepared weights (``use_mmap`` in a ``tmp_path``
         under the store's cache, by the model's path): what ``serve`` loads
         with, so a warm ``Llm(path)`` load maps them instead of repacking.
-        Only in the int4 low-memory mode: MNN 3.6.1 crashes mapping its own
-        cache of float weights (memory "normal"/"high": a warm load segfaults
-        in ConvolutionCommon::load), so those modes load without it."""
+        Not where MNN 3.6.1 crashes on a warm load of its own cache, so those
+        load without it: float weights (memory "normal"/"high": a segfault in
+        ConvolutionCommon::load) and audio models (a SIGFPE)."""
         given = {**self.file_config, **overrides}
-        if given.get("memory", "low") != "low":
+        unmappable = (f"memory {given.get('memory')!r}" if given.get("memory", "low") != "low"
+                      else "an audio model" if given.get("is_audio") else None)
+        if unmappable is not None:
             if given.get("use_mmap"):
-                log.warning("use_mmap is ignored with memory %r: MNN 3.6.1 cannot map its cache of float weights",
-                            given.get("memory"))
+                log.warning("use_mmap is ignored with %s: MNN 3.6.1 crashes on a warm load of that cache", unmappable)
             return {**overrides, "use_mmap": False}
         if "use_mmap" in given or "tmp_path" in given:
             return dict(overrides)

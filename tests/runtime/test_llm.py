@@ -602,11 +602,12 @@ def test_a_model_opened_by_path_maps_its_prepared_weights_as_serve_does(tmp_path
         assert "tmp_path" not in plain._mnn_overrides and plain._mnn_overrides["use_mmap"] is False
 
 
-def test_float_weights_load_warm_without_the_mmap_cache(tmp_path):
-    """MNN 3.6.1 segfaults mapping its own cache of float weights on a warm
-    load (memory "normal"): use_mmap is dropped there, even when asked for."""
-    model = test_model_dir("smollm2-135m")
+@pytest.mark.parametrize(("model", "config"), [("smollm2-135m", {"memory": "normal"}), ("tiny-audio", {})])
+def test_what_mnn_cannot_map_warm_loads_without_the_mmap_cache(tmp_path, model, config):
+    """MNN 3.6.1 crashes on a warm load of its own mmap cache of float weights
+    (memory "normal": a segfault) and of an audio model (a SIGFPE): use_mmap
+    is dropped there, even when asked for."""
     for _ in range(2):  # the second load is the warm one that crashed
-        with Llm(model, thread_num=1, memory="normal", use_mmap=True, tmp_path=str(tmp_path)) as llm:
+        with Llm(test_model_dir(model), thread_num=1, use_mmap=True, tmp_path=str(tmp_path), **config) as llm:
             assert llm._mnn_overrides["use_mmap"] is False
             assert llm.generate("Hi", max_tokens=2, temperature=0).completion_tokens == 2
