@@ -236,25 +236,31 @@ class Llm:
         """``overrides`` and, unless they or the model's config say otherwise,
         MNN's mmap cache of prepared weights (``use_mmap`` in a ``tmp_path``
         under the store's cache, by the model's path): what ``serve`` loads
-        with, so a warm ``Llm(path)`` load maps them instead of repacking.
-        Not where MNN 3.6.1 crashes on a warm load of its own cache, so those
-        load without it: float weights (memory "normal"/"high": a segfault in
-        ConvolutionCommon::load) and audio models (a SIGFPE)."""
-        given = {**self.file_config, **overrides}
-        unmappable = (f"memory {given.get('memory')!r}" if given.get("memory", "low") != "low"
-                      else "an audio model" if given.get("is_audio") else None)
-        if unmappable is not None:
-            if given.get("use_mmap"):
-                log.warning("use_mmap is ignored with %s: MNN 3.6.1 crashes on a warm load of that cache", unmappable)
-            return {**overrides, "use_mmap": False}
-        if "use_mmap" in given or "tmp_path" in given:
-            return dict(overrides)
+        with, so a warm ``Llm(path)`` load maps them instead of repacking
+        (``load()`` only: a first-touch child, the store's import check
+        among them, loads with exactly the overrides it is given)."""
+        overrides = self._mappable(overrides)
+        if "use_mmap" in {**self.file_config, **overrides} or "tmp_path" in {**self.file_config, **overrides}:
+            return overrides
         try:
             cache = default_path_cache(self.model_dir)
         except OSError as exc:  # a read-only home: load without the cache
             log.info("no prepared-weights cache for %s: %s", self.model_dir, exc)
-            return dict(overrides)
+            return overrides
         return {**overrides, "use_mmap": True, "tmp_path": str(cache)}
+
+    def _mappable(self, overrides: dict[str, Any]) -> dict[str, Any]:
+        """``overrides`` without ``use_mmap`` where MNN 3.6.1 crashes on a warm
+        load of its own cache: float weights (memory "normal"/"high": a
+        segfault in ConvolutionCommon::load) and audio models (a SIGFPE)."""
+        given = {**self.file_config, **overrides}
+        unmappable = (f"memory {given.get('memory')!r}" if given.get("memory", "low") != "low"
+                      else "an audio model" if given.get("is_audio") else None)
+        if unmappable is None:
+            return dict(overrides)
+        if given.get("use_mmap"):
+            log.warning("use_mmap is ignored with %s: MNN 3.6.1 crashes on a warm load of that cache", unmappable)
+        return {**overrides, "use_mmap": False}
 
     def load_in_this_process(self) -> Llm:
         """``load()`` without the child-process check (the first-touch child itself uses it)."""
@@ -262,8 +268,8 @@ class Llm:
             if self._core is not None:
                 return self
             started = time.perf_counter()
-            if self._mnn_overrides is None:  # (load() sets it; the first-touch child comes here directly)
-                self._mnn_overrides = self._with_default_cache(self.config_overrides)
+            if self._mnn_overrides is None:  # (load() sets it; a first-touch child comes here directly)
+                self._mnn_overrides = self._mappable(self.config_overrides)
             overrides = self._mnn_overrides
             load_backend_library(str({**self.file_config, **overrides}.get("backend_type", "cpu")))
             with captured_native_output() as lines:
