@@ -240,7 +240,7 @@ class Llm:
         (``load()`` only: a first-touch child, the store's import check
         among them, loads with exactly the overrides it is given)."""
         overrides = self._mappable(overrides)
-        if "use_mmap" in {**self.file_config, **overrides} or "tmp_path" in {**self.file_config, **overrides}:
+        if {"use_mmap", "tmp_path"} & ({*self.file_config, *overrides}):
             return overrides
         try:
             cache = default_path_cache(self.model_dir)
@@ -258,8 +258,8 @@ class Llm:
                       else "an audio model" if given.get("is_audio") else None)
         if unmappable is None:
             return dict(overrides)
-        if given.get("use_mmap"):
-            log.warning("use_mmap is ignored with %s: MNN 3.6.1 crashes on a warm load of that cache", unmappable)
+        if given.get("use_mmap"):  # (serve asks for it by default: said once per load, not as a warning)
+            log.info("use_mmap is ignored with %s: MNN 3.6.1 crashes on a warm load of that cache", unmappable)
         return {**overrides, "use_mmap": False}
 
     def load_in_this_process(self) -> Llm:

@@ -82,3 +82,8 @@ def test_report_reads_older_peer_results(tmp_path):
     lines = report.targets_section(results)
     assert any(line.startswith("| defaults: decode mnn / llama.cpp Q4_0 >= 1.3") for line in lines)
     assert any(line.startswith("| warm load <= llama.cpp") for line in lines)
+
+
+def test_run_worker_runs_in_a_fresh_process_from_the_root_and_reads_its_last_line():
+    code = "import json, os, sys; print('noise'); print(json.dumps({'cwd': os.getcwd(), 'args': sys.argv[1:]}))"
+    assert common.run_worker(code, 1, "two") == {"cwd": "/", "args": ["1", "two"]}

@@ -58,6 +58,18 @@ def machine() -> dict[str, Any]:
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
+def run_worker(code: str, *args: object, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``code`` in a fresh Python process (this interpreter, from ``/`` so
+    that the installed package is imported, not the checkout) and return the
+    JSON object its last line of output prints."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code, *map(str, args)], check=True, capture_output=True, text=True,
+                         cwd="/", env=env).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def save(name: str, data: Any) -> Path:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"

@@ -17,11 +17,8 @@ at least 5x lower; decode tok/s ratio >= 0.98; peak RSS within 10 MiB.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
 
-from common import machine, median, save, test_model  # tools/bench is on sys.path
+from common import machine, median, run_worker, save, test_model  # tools/bench is on sys.path
 
 WORKER = """
 import json, sys
@@ -50,9 +47,7 @@ print(json.dumps({"rows": rows, "peak_rss_mib": hwm}))
 
 
 def run(model: str, cache: str, turns: int, answer: int) -> dict:
-    out = subprocess.run([sys.executable, "-c", WORKER, str(test_model(model)), cache, str(turns), str(answer)],
-                         check=True, capture_output=True, text=True, cwd="/").stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return run_worker(WORKER, test_model(model), cache, turns, answer)
 
 
 def main() -> None:

@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import textwrap
 
-from common import machine, save, test_model  # tools/bench is on sys.path
+from common import machine, run_worker, save, test_model  # tools/bench is on sys.path
 
 CASE = textwrap.dedent("""
     import json, random, string, sys, urllib.request
@@ -60,9 +58,7 @@ CASE = textwrap.dedent("""
 
 
 def run(model: str, requests: int, distinct: bool, http: bool) -> dict:
-    out = subprocess.run([sys.executable, "-c", CASE, model, str(requests), str(int(distinct)), str(int(http))],
-                         check=True, capture_output=True, text=True, cwd="/").stdout  # "/": the installed package
-    data = json.loads(out.strip().splitlines()[-1])
+    data = run_worker(CASE, model, requests, int(distinct), int(http))
     data["growth_mib_per_1000"] = (data["marks_mib"][-1] - data["start_mib"]) * 1000 / requests
     # once the cache is full: the second half only
     half = len(data["marks_mib"]) // 2

@@ -19,13 +19,12 @@ two builds alternate round by round, and the report gives paired ratios
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from common import REPO, machine, median, paired_ratio, save, test_model  # tools/bench is on sys.path
+from common import REPO, machine, median, paired_ratio, run_worker, save, test_model  # tools/bench is on sys.path
 
 UNPATCHED = REPO / "build" / "unpatched-0002" / "lib"
 
@@ -48,9 +47,7 @@ def run(path: str, gen: int, prompt: int, libdir: str | None) -> dict:
     env = dict(os.environ)
     if libdir:
         env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
-    out = subprocess.run([sys.executable, "-c", WORKER, path, str(gen), str(prompt)], env=env, check=True,
-                         stdout=subprocess.PIPE, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return run_worker(WORKER, path, gen, prompt, env=env)
 
 
 def main() -> None:

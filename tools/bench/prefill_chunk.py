@@ -14,11 +14,8 @@ size gives the same logits, so the engine may prefill in whichever is fastest.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
 
-from common import machine, median, paired_ratio, save, test_model  # tools/bench is on sys.path
+from common import machine, median, paired_ratio, run_worker, save, test_model  # tools/bench is on sys.path
 
 SIZES = [64, 128, 256, 0]
 WORKER = """
@@ -46,9 +43,7 @@ def main() -> None:
         tps: dict[int, list[float]] = {s: [] for s in SIZES}
         for r in range(args.rounds):
             for size in SIZES[r % len(SIZES):] + SIZES[:r % len(SIZES)]:
-                out = subprocess.run([sys.executable, "-c", WORKER, path, str(size), str(args.prompt)],
-                                     check=True, stdout=subprocess.PIPE, text=True).stdout
-                tps[size].append(json.loads(out.strip().splitlines()[-1])["prefill_tps"])
+                tps[size].append(run_worker(WORKER, path, size, args.prompt)["prefill_tps"])
         results[model] = {str(s): {"prefill_tps": median(v), "vs_64": paired_ratio(v, tps[64])}
                           for s, v in tps.items()}
         print(f"{model}: " + "  ".join(f"{s or 'whole'}: {median(v):.0f} tok/s ({paired_ratio(v, tps[64]):.3f}x)"
