@@ -79,13 +79,18 @@ def _rows_batch_independent(core: _mnn.LlmCore) -> bool:
     (subprojects/packagefiles/MNN/0002-batch-independent-rows.patch) on the
     kernels it covers; an unpatched MNN (the PyPI wheel's) or another CPU's
     kernels say False, and then speculation stays off in int4 and the prompt
-    cache keeps whole chunks. Empties the prompt cache."""
+    cache keeps whole chunks. A model whose forwards do not give a row of
+    logits per token says False too. Empties the prompt cache."""
     ids = core.tokenize(_COST_PROBE_TEXT)
     prompt, tail = ids[:4], ids[4:10]
     with captured_native_output():
-        alone = core.forward_rows(prompt, [[t] for t in tail])
-        return all(core.forward_rows(prompt, cuts) == alone
-                   for cuts in ([tail[:2], tail[2:]], [tail[:1], tail[1:4], tail[4:]], [tail]))
+        try:
+            alone = core.forward_rows(prompt, [[t] for t in tail])
+            return all(core.forward_rows(prompt, cuts) == alone
+                       for cuts in ([tail[:2], tail[2:]], [tail[:1], tail[1:4], tail[4:]], [tail]))
+        except RuntimeError as exc:  # forward_rows: MNN returned no logits, or not a row per token
+            log.info("batch-exactness check: %s", exc)
+            return False
 
 
 def check_speculative(speculative: Any, draft_tokens: Any) -> None:

@@ -109,3 +109,19 @@ def test_the_load_time_check_reports_an_unpatched_mnn():
     with Llm(test_model_dir("smollm2-135m"), thread_num=2) as llm:
         assert llm.batch_exact is False
         assert llm.speculative_default == "off"
+
+
+def test_a_model_without_a_row_per_token_is_not_batch_exact():
+    """What forward_rows raises when MNN gives no logits or not a row per
+    token (its RuntimeError, src/core/llm_core.pxi) makes the check say False
+    instead of failing the load."""
+    from mnn_engine.runtime.llm import _rows_batch_independent
+
+    class NoRows:
+        def tokenize(self, text):
+            return list(range(12))
+
+        def forward_rows(self, prompt, batches):
+            raise RuntimeError("MNN returned 1 rows of logits for 6 tokens")
+
+    assert _rows_batch_independent(NoRows()) is False
