@@ -275,8 +275,8 @@ cdef class LlmCore:
             # Without it, only the prompt: the generated tokens' KV came from
             # single-token forwards, which a fresh prefill would not
             # reproduce bit for bit; they are erased on reuse.
-            if self.exact_reuse:
-                self._held = loop.history
+            if self.exact_reuse:  # (a prefill cancelled between chunks has no history: its prompt's chunks)
+                self._held = loop.history if loop.history.size() > 0 else prompt
                 if self._held.size() > <size_t>llm.getCurrentHistory():
                     self._held.resize(llm.getCurrentHistory())
             else:

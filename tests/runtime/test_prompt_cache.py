@@ -204,3 +204,22 @@ def test_prompt_cache_off_for_a_model(tiny):
         tiny.prompt_cache = True
     with pytest.raises(MnnEngineError):
         tiny.generate(chat, cache_prompt="yes")
+
+
+def test_a_prefill_cancelled_between_chunks_leaves_its_chunks_to_reuse(tiny, fresh_models):
+    """The cancel is asked for before the first chunk (``on_prompt``): the
+    prefill stops after it. With exact reuse the cache then holds that chunk's
+    tokens and the next run keeps them; without, it names the prompt, which
+    MNN's KV does not wholly hold, so nothing is kept. Either way the answer is
+    the fresh one."""
+    chat = [{"role": "user", "content": "Tell me about the sea. " * 120}]
+    tiny.forget_prompt_cache()
+    run = tiny.prepare(chat, temperature=0, max_tokens=4, logprobs=True)
+    assert run.run(on_prompt=lambda text, dropped: tiny.cancel()).finish_reason == "cancelled"
+    chunk = _mnn.prefill_chunk(tiny.batch_exact)
+    assert held_ids(tiny) == (tiny.prompt_ids(chat)[:chunk] if tiny.batch_exact else tiny.prompt_ids(chat))
+    again = tiny.generate(chat, temperature=0, max_tokens=4, logprobs=True)
+    reference = fresh_models("tiny").generate(chat, temperature=0, max_tokens=4, logprobs=True)
+    assert again.cached_tokens == (chunk if tiny.batch_exact else 0)
+    assert again.token_ids == reference.token_ids
+    assert [(e.logprob, e.top) for e in again.logprobs] == [(e.logprob, e.top) for e in reference.logprobs]
