@@ -80,3 +80,30 @@ def test_a_missing_backend_package_is_named_in_the_error(mnn_lib_dir, monkeypatc
     monkeypatch.setattr(build, "_loadable", lambda names: False)  # no Vulkan driver here
     with pytest.raises(MnnEngineError, match="not usable on this device"):
         build.require_backend("vulkan")
+
+
+def _stack_is_executable(path: Path) -> bool:
+    """Whether the ELF file's PT_GNU_STACK asks for an executable stack (or it has none:
+    then the loader assumes one). Read from the program headers (ELF64, little endian)."""
+    import struct
+
+    data = path.read_bytes()
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    for i in range(phnum):
+        p_type, p_flags = struct.unpack_from("<II", data, phoff + i * phentsize)
+        if p_type == 0x6474E551:  # PT_GNU_STACK
+            return bool(p_flags & 1)  # PF_X
+    return True
+
+
+def test_our_libraries_do_not_ask_for_an_executable_stack():
+    # glibc 2.41 and later refuse to dlopen a library that does ("cannot enable executable stack
+    # as shared object requires"): MNN's x86 assembly has no .note.GNU-stack, so the source
+    # build links libMNN.so with -z noexecstack (meson.build). PyPI's mnn==3.6.1 (wheel mode)
+    # still asks for one; that library is not ours to build.
+    extension = Path(_mnn.__file__)
+    assert not _stack_is_executable(extension)
+    if build.build_info()["mode"] == "subproject":
+        assert not _stack_is_executable(build.mapped_library_dir("libMNN.so") / "libMNN.so")
