@@ -5,7 +5,8 @@
 # package list) and arm_root_mount bind-mounts /proc, /sys, /dev and /dev/pts into it.
 
 ARM_SUITE=bookworm
-ARM_PACKAGES=python3,python3-venv,python3-dev,python3-pip,g++,ninja-build,pkg-config,ca-certificates
+# runit: runsv and sv, which termux-services' service directories are run with
+ARM_PACKAGES=python3,python3-venv,python3-dev,python3-pip,g++,ninja-build,pkg-config,ca-certificates,runit
 CACHE=${MNN_ENGINE_ARM_CACHE:-$HOME/.cache/mnn-engine/arm}
 
 arm_root() {

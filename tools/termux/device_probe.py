@@ -1,25 +1,18 @@
 """What the replayed Termux packages do once installed (run by tools/termux/replay.sh
-inside the arm64 root, under qemu-aarch64, with the packages at Termux's prefix).
+inside the arm64 root, under qemu-aarch64, with the packages installed by dpkg).
 
 Usage: python device_probe.py PREFIX MODEL_DIR PACKAGE...
 
 Prints one JSON line: where mnn-engine and libMNN were loaded from, the build
-info, the backend capabilities, a greedy answer, per GPU backend what
-mnn-engine says with and without its subpackage, and a request to the service
-script (termux-services' run script) serving MODEL_DIR; ``problems`` lists
-every expectation that did not hold.
+info, the backend capabilities, a greedy answer and, per GPU backend, what
+mnn-engine says with and without its subpackage; ``problems`` lists every
+expectation that did not hold. (The service is tried by device_packages.py.)
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
-import urllib.request
-from pathlib import Path
 
 PORT = 18081
 SCRIPTED_ANSWER = "Hello! I am a tiny MNN test model"
@@ -48,44 +41,6 @@ def probe_backends(packages: list[str], problems: list[str]) -> dict[str, object
     return report
 
 
-def probe_service(prefix: str, model: str, problems: list[str]) -> dict[str, object]:
-    env_file = Path(prefix, "etc/mnn-engine/serve.env")
-    text = env_file.read_text()
-    text = text.replace("MNN_ENGINE_MODEL=\n", f"MNN_ENGINE_MODEL={model}\n")
-    text = text.replace("MNN_ENGINE_PORT=8081", f"MNN_ENGINE_PORT={PORT}")
-    env_file.write_text(text)
-    service = subprocess.Popen([f"{prefix}/libexec/mnn-engine/serve"], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, start_new_session=True,
-                               env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
-    report: dict[str, object] = {}
-    try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and service.poll() is None:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/health", timeout=5) as response:
-                    report["health"] = json.load(response)
-                if report["health"].get("model", {}).get("state") == "loaded":
-                    break
-            except OSError:
-                pass
-            time.sleep(2)
-        body = json.dumps({"model": "any", "temperature": 0, "max_tokens": 24,
-                           "messages": [{"role": "user", "content": "Who are you?"}]}).encode()
-        request = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/chat/completions", data=body,
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=600) as response:
-            report["answer"] = json.load(response)["choices"][0]["message"]["content"]
-    except OSError as exc:
-        report["error"] = str(exc)
-    finally:
-        if service.poll() is None:
-            os.killpg(service.pid, signal.SIGTERM)
-        report["log_tail"] = service.communicate(timeout=60)[0].decode(errors="replace").splitlines()[-5:]
-    if SCRIPTED_ANSWER not in str(report.get("answer")):
-        problems.append(f"the service did not answer: {report}")
-    return report
-
-
 def main() -> None:
     prefix, model, *packages = sys.argv[1:]
     problems: list[str] = []
@@ -107,7 +62,6 @@ def main() -> None:
         problems.append(f"greedy answer {report['greedy']!r}")
     report["capabilities"] = backend_capabilities()
     report["backends"] = probe_backends(packages, problems)
-    report["service"] = probe_service(prefix, model, problems)
     report["problems"] = problems
     print(json.dumps(report))
 

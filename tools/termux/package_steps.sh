@@ -1,0 +1,108 @@
+# shellcheck shell=bash
+# termux-packages' packaging steps, as far as the recipes use them, for
+# tools/termux/replay.sh: written from termux-packages' own scripts (the
+# mirror of termux/termux-packages, scripts/build/):
+#   termux_step_install_service_scripts.sh  var/service/NAME/{run,down,log/run}
+#   termux_step_create_debian_package.sh    control, conffiles, the .deb
+#   termux_create_debian_subpackages.sh     a subpackage's control
+#   termux_step_create_python_debscripts.sh the postinst that pip-installs
+#                                           TERMUX_PKG_PYTHON_RUNTIME_DEPS
+#                                           (= TARGET_DEPS, start_build.sh)
+# The caller sets TERMUX_PREFIX and the recipe's TERMUX_PKG_* variables.
+
+# termux_step_install_service_scripts: for each (name, command) pair of
+# TERMUX_PKG_SERVICE_SCRIPT, $PREFIX/var/service/NAME/run holding the command,
+# an empty `down` (the service starts only on `sv up`) and log/run exec'ing
+# termux-services' svlogger; all of them become conffiles.
+termux_step_install_service_scripts() {
+	[ -n "${TERMUX_PKG_SERVICE_SCRIPT+set}" ] || return 0
+	local count=${#TERMUX_PKG_SERVICE_SCRIPT[@]} i name dir
+	[ "$count" != 0 ] || return 0
+	[ $((count % 2)) = 0 ] || termux_error_exit "TERMUX_PKG_SERVICE_SCRIPT has to be an array of even length"
+	for ((i = 0; i < count; i += 2)); do
+		name=${TERMUX_PKG_SERVICE_SCRIPT[$i]}
+		dir=$TERMUX_PREFIX/var/service/$name
+		mkdir -p "$dir/log"
+		printf '#!%s/bin/sh\n' "$TERMUX_PREFIX" >"$dir/run"
+		echo -e "${TERMUX_PKG_SERVICE_SCRIPT[$((i + 1))]}" >>"$dir/run"
+		chmod +x "$dir/run"
+		touch "$dir/down"
+		# shellcheck disable=SC2016  # $svlogger and $@ are the log script's own
+		printf '#!%s/bin/sh\nsvlogger="%s/share/termux-services/svlogger"\nexec "${svlogger}" "$@"\n' \
+			"$TERMUX_PREFIX" "$TERMUX_PREFIX" >"$dir/log/run"
+		chmod 0700 "$dir/log/run"
+		# termux lists log/down too, which no package has: dpkg takes a missing conffile as "removed by the user"
+		TERMUX_PKG_CONFFILES+=" var/service/$name/run var/service/$name/down var/service/$name/log/run var/service/$name/log/down"
+	done
+}
+
+# create_deb NAME VERSION ROOT OUT_DIR [FIELD: VALUE]...: ROOT holds the package's
+# files at their installed paths (data/data/com.termux/files/usr/...) and
+# DEBIAN/ its maintainer scripts; writes OUT_DIR/NAME_VERSION_ARCH.deb with
+# Termux's control fields in Termux's order (the extra fields as given) and
+# conffiles from TERMUX_PKG_CONFFILES-style paths in $CONFFILES.
+create_deb() {
+	local name=$1 version=$2 root=$3 out=$4 tmp field
+	shift 4
+	tmp=$(mktemp -d)
+	mkdir -p "$root/DEBIAN"
+	(cd "$root" && tar --sort=name --mtime="@${SOURCE_DATE_EPOCH:-0}" --owner=0 --group=0 --numeric-owner \
+		--exclude=./DEBIAN -cJf "$tmp/data.tar.xz" -H gnu .)
+	{
+		echo "Package: $name"
+		echo "Architecture: $TERMUX_ARCH"
+		echo "Installed-Size: $(du -sk --exclude=DEBIAN "$root" | cut -f 1)"
+		echo "Maintainer: ${TERMUX_PKG_MAINTAINER:-@termux}"
+		echo "Version: $version"
+		echo "Homepage: ${TERMUX_PKG_HOMEPAGE:-https://termux.dev}"
+		for field; do echo "$field"; done
+	} >"$root/DEBIAN/control"
+	for field in ${CONFFILES:-}; do echo "$TERMUX_PREFIX/$field"; done >"$root/DEBIAN/conffiles"
+	[ -s "$root/DEBIAN/conffiles" ] || rm "$root/DEBIAN/conffiles"
+	(cd "$root/DEBIAN" && tar --sort=name --mtime="@${SOURCE_DATE_EPOCH:-0}" --owner=0 --group=0 --numeric-owner \
+		-cJf "$tmp/control.tar.xz" -H gnu .)
+	echo "2.0" >"$tmp/debian-binary"
+	mkdir -p "$out"
+	rm -f "$out/${name}_${version}_$TERMUX_ARCH.deb"
+	(cd "$tmp" && ar cr "$out/${name}_${version}_$TERMUX_ARCH.deb" debian-binary control.tar.xz data.tar.xz)
+	rm -rf "$tmp"
+}
+
+# python_debscripts NAME DEBIAN_DIR SITE_PACKAGES: termux_step_create_python_debscripts
+# for a .deb: the postinst pip-installs the runtime deps (and the package's
+# own pip name when its METADATA has Requires-Dist, without --upgrade: pip
+# then installs what that METADATA requires), then py3compile; the prerm py3clean.
+python_debscripts() {
+	local name=$1 debian=$2 site=$3 deps metadata upgrade="--upgrade"
+	deps=${TERMUX_PKG_PYTHON_RUNTIME_DEPS:-${TERMUX_PKG_PYTHON_TARGET_DEPS:-}}
+	deps=${deps//, / }
+	metadata=$(find "$site" -name METADATA)
+	if [ "$(echo "$metadata" | grep -c .)" = 1 ] && grep -q '^Requires-Dist' "$metadata"; then
+		deps+=" $(grep '^Name:' "$metadata" | cut -d' ' -f2)"
+	fi
+	if [[ " $deps " == *" ${name#python-} "* ]]; then upgrade=""; fi
+	mkdir -p "$debian"
+	cat >"$debian/postinst" <<-EOF
+		#!$TERMUX_PREFIX/bin/sh
+		if [ "\$1" != "configure" ]; then
+			exit 0
+		fi
+		echo "Installing dependencies for $name through pip..."
+		LD_PRELOAD='' LDFLAGS="-lpython$TERMUX_PYTHON_VERSION" MATHLIB="m" "$TERMUX_PREFIX/bin/pip3" install $upgrade $deps
+		if [ -f "$TERMUX_PREFIX/bin/py3compile" ]; then
+			LD_PRELOAD='' "$TERMUX_PREFIX/bin/py3compile" -p "$name" "$TERMUX_PREFIX/lib/python$TERMUX_PYTHON_VERSION/"
+		fi
+		exit 0
+	EOF
+	cat >"$debian/prerm" <<-EOF
+		#!$TERMUX_PREFIX/bin/sh
+		if [ "\$1" != "remove" ]; then
+			exit 0
+		fi
+		if [ -f "$TERMUX_PREFIX/bin/py3clean" ]; then
+			LD_PRELOAD='' "$TERMUX_PREFIX/bin/py3clean" -p "$name"
+		fi
+		exit 0
+	EOF
+	chmod 0755 "$debian/postinst" "$debian/prerm"
+}
