@@ -18,8 +18,8 @@
 #     meson subproject, cross-compiled on this machine (Debian's
 #     g++-aarch64-linux-gnu, a meson cross file, crossenv over the root's
 #     python) into a wheel that is installed in the root: compiling MNN under
-#     emulation would take hours. KleidiAI is not in this build: meson's
-#     CMake module drops the per-file compile options its kernels need.
+#     emulation would take hours. KleidiAI is not in this build (nor in
+#     the Termux mnn package): MNN's LLM engine never switches it on.
 #   wheel: PyPI's manylinux aarch64 mnn==3.6.1, our extension compiled by the
 #     root's g++ under emulation.
 # Settings: ARM_TIMEOUT (the tests' bound, seconds), ARM_GDB_PORT, ARM_X86_PYTHON

@@ -4,7 +4,8 @@
 # arm_root: it sets CHROOT (created once, cached under $CACHE, keyed by its
 # package list) and arm_root_mount bind-mounts /proc, /sys, /dev and /dev/pts into it.
 
-ARM_SUITE=bookworm
+# bookworm (Python 3.11) unless MNN_ENGINE_ARM_SUITE says otherwise (sid: Python 3.14, Termux's)
+ARM_SUITE=${MNN_ENGINE_ARM_SUITE:-bookworm}
 # runit: runsv and sv, which termux-services' service directories are run with
 ARM_PACKAGES=python3,python3-venv,python3-dev,python3-pip,g++,ninja-build,pkg-config,ca-certificates,runit
 CACHE=${MNN_ENGINE_ARM_CACHE:-$HOME/.cache/mnn-engine/arm}
@@ -22,7 +23,9 @@ arm_root() {
 	if [ ! -x "$CHROOT/usr/bin/python3" ]; then
 		mkdir -p "$CACHE"
 		rm -rf "$CHROOT.tmp"
-		mmdebstrap --arch=arm64 --variant=apt --include="$ARM_PACKAGES" "$ARM_SUITE" "$CHROOT.tmp"
+		# the mirror may serve a snapshot whose Release is past its Valid-Until (sid's is short)
+		mmdebstrap --arch=arm64 --variant=apt --aptopt='Acquire::Check-Valid-Until "false"' \
+			--include="$ARM_PACKAGES" "$ARM_SUITE" "$CHROOT.tmp"
 		mv "$CHROOT.tmp" "$CHROOT"
 	fi
 	cp /etc/resolv.conf "$CHROOT/etc/resolv.conf"

@@ -16,7 +16,8 @@ termux_setup_toolchain() {
 	export TERMUX_PREFIX=/data/data/com.termux/files/usr TERMUX_PKG_API_LEVEL=24
 	export TERMUX_ANDROID_HOME=/data/data/com.termux/files/home  # scripts/properties.sh
 	export TERMUX_ON_DEVICE_BUILD=false TERMUX_DEBUG_BUILD=false TERMUX_PKG_CMAKE_BUILD=Ninja
-	export TERMUX_PYTHON_VERSION=3.11 TERMUX_HOST_PLATFORM=aarch64-linux-android
+	# Termux's python is 3.14 (packages/python/build.sh); the replay sets its target's
+	export TERMUX_PYTHON_VERSION=${TERMUX_PYTHON_VERSION:-3.14} TERMUX_HOST_PLATFORM=aarch64-linux-android
 	export CCTERMUX_HOST_PLATFORM=$TERMUX_HOST_PLATFORM$TERMUX_PKG_API_LEVEL
 	export TERMUX_MAKE_PROCESSES=${TERMUX_MAKE_PROCESSES:-$(nproc)}
 	export TERMUX_COMMON_CACHEDIR=$work/cache
@@ -32,6 +33,8 @@ termux_setup_toolchain() {
 	export LDFLAGS="-L$TERMUX_PREFIX/lib -Wl,-rpath=$TERMUX_PREFIX/lib -Wl,--enable-new-dtags -Wl,--as-needed -Wl,-z,relro,-z,now"
 	export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
 	export CCACHE_COMPILERTYPE=gcc  # what is behind the stand-in's "clang" (ccache goes by the name otherwise)
+	# the stand-in's wrappers are rewritten on every run: hash what they run, not their mtime
+	export CCACHE_COMPILERCHECK="%compiler% -v"
 }
 
 termux_error_exit() { echo "ERROR: $*" >&2; exit 1; }

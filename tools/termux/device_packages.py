@@ -55,11 +55,11 @@ exec svlogd -tt "{prefix}/var/log/sv/$svname"
 
 class Device:
     def __init__(self, prefix: str, debs: Path, model: str, probe: str) -> None:
-        self.prefix, self.debs, self.model, self.probe = prefix, debs, model, probe
+        self.prefix, self.debs, self.model, self.probe_script = prefix, debs, model, probe
         self.admindir = f"{prefix}/var/lib/dpkg"
         self.problems: list[str] = []
         self.report: dict[str, object] = {}
-        self.env = {"PATH": f"{prefix}/bin:/usr/bin:/bin", "HOME": "/root", "QEMU_CPU": "max",
+        self.env = {"PATH": f"{prefix}/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "QEMU_CPU": "max",
                     "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CERT": "/etc/ssl/certs/host-ca-certificates.crt"}
         self.runsv: subprocess.Popen[bytes] | None = None
 
@@ -127,7 +127,8 @@ class Device:
         Path(self.prefix).parent.joinpath("home").mkdir(exist_ok=True)  # $TERMUX_ANDROID_HOME
 
     def probe(self, packages: list[str]) -> dict[str, object]:
-        result = self.run(f"{self.prefix}/bin/python", self.probe, self.prefix, self.model, *packages, check=False)
+        result = self.run(f"{self.prefix}/bin/python", self.probe_script, self.prefix, self.model, *packages,
+                          check=False)
         lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
         if result.returncode != 0 or not lines:
             self.problems.append(f"the probe with {packages} failed: {result.stderr[-2000:]}")
@@ -158,20 +159,22 @@ class Device:
                 os.killpg(self.runsv.pid, signal.SIGKILL)
             self.runsv = None
 
-    def chat(self, port: int) -> dict[str, object]:
+    def chat(self, port: int, version: str) -> dict[str, object]:
+        """A greedy chat completion, once the service of ``version`` has its model loaded."""
         report: dict[str, object] = {}
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
                     health = json.load(response)
-                if health.get("model", {}).get("state") == "loaded":
-                    report["version"] = health.get("version")
+                report["version"] = health.get("version")
+                report["model"] = health.get("model", {}).get("name")
+                if health.get("model", {}).get("state") == "loaded" and report["version"] == version:
                     break
             except OSError:
                 pass
             time.sleep(2)
-        body = json.dumps({"model": "any", "temperature": 0, "max_tokens": 24,
+        body = json.dumps({"model": report.get("model"), "temperature": 0, "max_tokens": 24,
                            "messages": [{"role": "user", "content": "Who are you?"}]}).encode()
         request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
                                          headers={"Content-Type": "application/json"})
@@ -215,7 +218,7 @@ class Device:
         self.report["sv_status_down"] = self.sv("status")
         self.expect(self.sv("status").startswith("down"), f"the service ran before sv up: {self.sv('status')}")
         self.sv("up")
-        served = self.chat(PORT)
+        served = self.chat(PORT, old)
         self.report["service_old"] = served
         self.expect(SCRIPTED_ANSWER in str(served.get("answer")), f"the service ({old}) did not answer: {served}")
         log = Path(self.prefix, "var/log/sv", SERVICE, "current")
@@ -230,7 +233,7 @@ class Device:
         dist = Path(f"{env_file}.dpkg-dist")
         self.expect(dist.is_file() and dist.read_text() != edited, "no serve.env.dpkg-dist with the new defaults")
         self.sv("restart")
-        served = self.chat(PORT)
+        served = self.chat(PORT, new)
         self.report["service_new"] = served
         self.expect(SCRIPTED_ANSWER in str(served.get("answer")), f"the service ({new}) did not answer: {served}")
         self.expect(served.get("version") == new, f"the restarted service runs {served.get('version')}, not {new}")
@@ -256,9 +259,11 @@ class Device:
                     f"purged: {self.status(ENGINE)}")
 
     def owned_elsewhere(self, path: str) -> bool:
-        """What dpkg rightly leaves: what pip installed for the postinst, and the service's logs."""
+        """What dpkg rightly leaves: what pip installed for the postinst, the service's logs and
+        runsv's state (supervise/: runit writes it beside the run script, no package owns it)."""
         site = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages/"
-        return path.startswith(f"var/log/sv/{SERVICE}/") or (
+        service = f"var/service/{SERVICE}/"
+        return path.startswith((f"var/log/sv/{SERVICE}/", f"{service}supervise/", f"{service}log/supervise/")) or (
             path.startswith(site) and not path.startswith((f"{site}mnn_engine/", f"{site}mnn_engine-")))
 
 

@@ -8,7 +8,7 @@ Checks: the expected files are in the right package; every ELF file is
 AArch64 with RUNPATH PREFIX/lib and no path of the build machine; nothing in
 mnn or python-mnn-engine needs a backend library (so the backend subpackages
 stay optional); mnn-engine's extension links libMNN; its build info says
-system mode; every library an ELF file needs is in one of the packages or is
+system mode; no ELF file asks for an executable stack; every library an ELF file needs is in one of the packages or is
 the C/C++ runtime; no file holds a BUILD_PATH (the build machine's paths). Prints a JSON
 report; exit status 1 when a check fails.
 """
@@ -34,13 +34,15 @@ BACKEND_LIBRARIES = {Path(f).name for name, files in EXPECTED.items() if name.st
 SYSTEM_LIBRARIES = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "libstdc++.so.6", "libgcc_s.so.1",
                     "ld-linux-aarch64.so.1", "libc.so", "libm.so", "libdl.so", "libc++_shared.so", "liblog.so",
                     "libandroid.so"}
-KERNEL_PATTERNS = ("ARMV82", "ARMV86", "kai_", "_sme2", "SME2")
 
 
 def readelf(path: Path) -> dict[str, object]:
-    out = subprocess.run(["aarch64-linux-gnu-readelf", "-h", "-d", str(path)], capture_output=True, text=True).stdout
+    out = subprocess.run(["aarch64-linux-gnu-readelf", "-h", "-l", "-d", "-W", str(path)], capture_output=True,
+                         text=True).stdout
     machine = re.search(r"Machine:\s+(.+)", out)
+    stack = re.search(r"GNU_STACK(?:\s+\S+){5}\s+([RWE ]+?)\s+0x", out)
     return {"machine": machine.group(1).strip() if machine else "?",
+            "stack": stack.group(1).replace(" ", "") if stack else None,
             "needed": re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", out),
             "runpath": re.findall(r"\((?:RUNPATH|RPATH)\)\s+Library (?:runpath|rpath): \[(.+?)\]", out)}
 
@@ -48,15 +50,6 @@ def readelf(path: Path) -> dict[str, object]:
 def is_elf(path: Path) -> bool:
     with path.open("rb") as f:
         return f.read(4) == b"\x7fELF"
-
-
-def kernel_symbols(path: Path) -> dict[str, int]:
-    names = subprocess.run(["aarch64-linux-gnu-nm", "-D", "--defined-only", str(path)], capture_output=True,
-                           text=True).stdout
-    names += subprocess.run(["aarch64-linux-gnu-nm", "--defined-only", str(path)], capture_output=True,
-                            text=True).stdout
-    symbols = {line.split()[-1] for line in names.splitlines() if line.strip()}
-    return {pattern: sum(pattern in s for s in symbols) for pattern in KERNEL_PATTERNS}
 
 
 def main(packages: Path, prefix: str, build_paths: list[str]) -> int:
@@ -73,6 +66,8 @@ def main(packages: Path, prefix: str, build_paths: list[str]) -> int:
                 elves[name] = info
                 if info["machine"] != "AArch64":
                     problems.append(f"{package.name}/{name}: machine {info['machine']}")
+                if info["stack"] != "RW":  # an executable stack: glibc 2.41+ refuses to load it
+                    problems.append(f"{package.name}/{name}: stack {info['stack']}")
                 if info["runpath"] != [f"{prefix}/lib"]:
                     problems.append(f"{package.name}/{name}: RUNPATH {info['runpath']}, not {prefix}/lib")
                 if package.name in ("mnn", "python-mnn-engine") and BACKEND_LIBRARIES & set(info["needed"]):
@@ -88,8 +83,6 @@ def main(packages: Path, prefix: str, build_paths: list[str]) -> int:
             if expected not in files:
                 problems.append(f"{package.name} has no {expected}")
         entry: dict[str, object] = {"files": len(files), "elf": elves}
-        if package.name == "mnn" and (package / "lib/libMNN.so").is_file():
-            entry["kernels"] = kernel_symbols(package / "lib/libMNN.so")
         if package.name == "python-mnn-engine":
             extension = [n for n in elves if re.search(r"mnn_engine/_mnn\..*\.so$", n)]
             infos = [p for p in package.rglob("_build_info.json")]

@@ -29,7 +29,8 @@
 # engine imported and generating with each backend subpackage present or
 # absent, the service started by runsv, an upgrade over an older
 # python-mnn-engine whose conffile the user changed, and the removal
-# (tools/termux/device_packages.py). Results: build/termux-replay/result.json.
+# (tools/termux/device_packages.py). Results: build/termux-replay/SUITE/result.json.
+# MNN_ENGINE_ARM_SUITE=sid replays for Python 3.14 (tools/arm/root.sh).
 #
 # MNN_ENGINE_REPLAY_DEVICE_ONLY=1 reuses the .debs of the last run.
 set -euo pipefail
@@ -45,8 +46,8 @@ fi
 . tools/termux/build_steps.sh
 # shellcheck source=tools/termux/package_steps.sh
 . tools/termux/package_steps.sh
-WORK=${MNN_ENGINE_REPLAY_WORK:-$HOME/.cache/mnn-engine/termux-replay}
-OUT=$ROOT/build/termux-replay
+WORK=${MNN_ENGINE_REPLAY_WORK:-$HOME/.cache/mnn-engine/termux-replay/$ARM_SUITE}
+OUT=$ROOT/build/termux-replay/$ARM_SUITE
 COMMIT=$(git rev-parse HEAD) # the tree the run starts from (HEAD may move meanwhile)
 VENDOR=${MNN_ENGINE_VENDOR:-$ROOT/../shared/vendor}
 MODELS=${MNN_ENGINE_TEST_MODELS:-$HOME/.cache/mnn-engine/test-models/v1}
@@ -64,6 +65,9 @@ fi
 export PATH=$WORK/tools/bin:$PATH
 arm_root
 trap arm_root_unmount EXIT
+# the target Python is the arm64 root's (bookworm: 3.11; MNN_ENGINE_ARM_SUITE=sid: 3.14, as Termux's)
+TERMUX_PYTHON_VERSION=$(readlink "$CHROOT/usr/bin/python3")
+export TERMUX_PYTHON_VERSION=${TERMUX_PYTHON_VERSION#python}
 
 # --- the Termux build environment ---
 termux_setup_toolchain "$WORK"
@@ -80,7 +84,7 @@ mkdir -p "$TERMUX_PREFIX/lib" "$TERMUX_PREFIX/include/aarch64-linux-gnu" "$TERMU
 # Debian's python3.11 headers are multiarch: pyconfig.h includes
 # <aarch64-linux-gnu/python3.11/pyconfig.h> (Termux's python has a plain
 # one), found through -isystem $PREFIX/include; not part of any package.
-ln -s "$CHROOT/usr/include/aarch64-linux-gnu/python$TERMUX_PYTHON_VERSION" \
+ln -sfn "$CHROOT/usr/include/aarch64-linux-gnu/python$TERMUX_PYTHON_VERSION" \
 	"$TERMUX_PREFIX/include/aarch64-linux-gnu/python$TERMUX_PYTHON_VERSION"
 
 # --- the rest of termux-packages' helpers (tools/termux/build_steps.sh has the build steps) ---
@@ -269,8 +273,12 @@ python3 -c '
 import json, sys
 for name, entry in json.load(open(sys.argv[1])).items():
     if name != "problems":
-        print(name + ":", entry["files"], "files", entry.get("kernels", ""))
+        print(name + ":", entry["files"], "files")
 ' "$OUT/packages.json"
+
+# libMNN.so is stripped (MNN's Android link flags add -s): its kernels are read from the link step
+python3 tools/termux/linked_kernels.py "$WORK/mnn/build/build.ninja" | tee "$OUT/kernels.json" ||
+	{ echo "a kernel family is not linked into libMNN.so"; exit 1; }
 
 step "an older python-mnn-engine to upgrade from"
 # synthesized from this build: version 0.0.9 in the package and in the code,
@@ -282,6 +290,7 @@ cp -a "$WORK/debroot/python-mnn-engine" "$old"
 sed -i 's/^__version__ = .*/__version__ = "0.0.9"/' "$old$TERMUX_PREFIX"/lib/python*/site-packages/mnn_engine/version.py
 sed -i '/^# Model store/,$d' "$old$TERMUX_PREFIX/etc/mnn-engine/serve.env"
 (
+	TERMUX_PKG_TMPDIR=$WORK/python-mnn-engine/tmp
 	# shellcheck source=/dev/null
 	. packaging/termux/python-mnn-engine/build.sh
 	# the same conffiles and maintainer scripts as the new one
@@ -308,10 +317,12 @@ import json, sys, time
 out, commit = sys.argv[1:]
 device = json.load(open(f"{out}/device.json"))
 result = {"date": time.strftime("%Y-%m-%d %H:%M"), "commit": commit,
-          "packages": json.load(open(f"{out}/packages.json")), "device": device}
+          "packages": json.load(open(f"{out}/packages.json")),
+          "kernels_linked": json.load(open(f"{out}/kernels.json")), "device": device}
 json.dump(result, open(f"{out}/result.json", "w"), indent=1)
-print(f"the device: {len(device[\"problems\"])} problems")
-for problem in device["problems"]:
+problems = device["problems"]
+print(f"the device: {len(problems)} problems")
+for problem in problems:
     print("  " + problem)
-sys.exit(1 if device["problems"] else 0)
+sys.exit(1 if problems else 0)
 ' "$OUT" "$COMMIT"
