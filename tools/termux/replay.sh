@@ -58,16 +58,19 @@ step "host tools: aarch64 cross compiler, cmake, ninja, crossenv"
 command -v aarch64-linux-gnu-g++ >/dev/null ||
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q g++-aarch64-linux-gnu >/dev/null
 command -v ccache >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q ccache >/dev/null
-if [ ! -x "$WORK/tools/bin/python" ]; then
-	python3 -m venv "$WORK/tools"
-	"$WORK/tools/bin/pip" install -q crossenv==1.6.2 cmake ninja
-fi
-export PATH=$WORK/tools/bin:$PATH
 arm_root
 trap arm_root_unmount EXIT
 # the target Python is the arm64 root's (bookworm: 3.11; MNN_ENGINE_ARM_SUITE=sid: 3.14, as Termux's)
 TERMUX_PYTHON_VERSION=$(readlink "$CHROOT/usr/bin/python3")
 export TERMUX_PYTHON_VERSION=${TERMUX_PYTHON_VERSION#python}
+# crossenv's build Python must be the target's version, as Termux's builder has its python
+build_python=$(command -v "python$TERMUX_PYTHON_VERSION") ||
+	{ echo "crossenv needs a python$TERMUX_PYTHON_VERSION on this machine, the arm64 root's version"; exit 1; }
+if [ ! -x "$WORK/tools/bin/python" ]; then
+	"$build_python" -m venv "$WORK/tools"
+	"$WORK/tools/bin/pip" install -q crossenv==1.6.2 cmake ninja
+fi
+export PATH=$WORK/tools/bin:$PATH
 
 # --- the Termux build environment ---
 termux_setup_toolchain "$WORK"
