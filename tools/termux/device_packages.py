@@ -244,7 +244,7 @@ class Device:
         self.report["remove"] = self.dpkg("-r", *packages).stdout.splitlines()[-6:]
         self.expect(self.status(ENGINE).startswith("deinstall ok config-files"), f"removed: {self.status(ENGINE)}")
         left = sorted(self.files() - base_files)
-        self.report["left_after_remove"] = left
+        self.report["left_after_remove"] = self.summary(left)
         unexpected = [f for f in left if not self.owned_elsewhere(f)
                       and f not in {c.removeprefix(f"{self.prefix}/") for c in self.report["conffiles"]}
                       and f != "etc/mnn-engine/serve.env.dpkg-dist"]
@@ -252,11 +252,23 @@ class Device:
         self.expect(env_file.read_text() == edited, "dpkg -r did not keep the user's serve.env")
         self.dpkg("-P", *packages)
         left = sorted(self.files() - base_files)
-        self.report["left_after_purge"] = left
+        self.report["left_after_purge"] = self.summary(left)
         unexpected = [f for f in left if not self.owned_elsewhere(f)]
         self.expect(not unexpected, f"left behind by dpkg -P: {unexpected}")
         self.expect(self.status(ENGINE) == "unknown" or "not-installed" in self.status(ENGINE),
                     f"purged: {self.status(ENGINE)}")
+
+    def summary(self, files: list[str]) -> dict[str, object]:
+        """Files left under the prefix: the packages' own one by one, pip's by distribution,
+        the rest by directory."""
+        site = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages/"
+        report: dict[str, object] = {"pip-installed": sorted({f[len(site):].split("/")[0] for f in files
+                                                              if f.startswith(site) and ".dist-info/" in f}),
+                                     "runit and log state": sorted({f.rsplit("/", 1)[0] for f in files
+                                                                    if f.startswith(("var/log/", "var/service/"))
+                                                                    and self.owned_elsewhere(f)})}
+        report["the packages' files"] = [f for f in files if not self.owned_elsewhere(f)]
+        return report
 
     def owned_elsewhere(self, path: str) -> bool:
         """What dpkg rightly leaves: what pip installed for the postinst, the service's logs and
