@@ -75,7 +75,7 @@ export PATH=$WORK/tools/bin:$PATH
 # --- the Termux build environment ---
 termux_setup_toolchain "$WORK"
 export CCACHE_DIR=$HOME/.cache/mnn-engine/ccache-aarch64 CCACHE_BASEDIR=$WORK CCACHE_NOHASHDIR=1
-export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)}
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(command git log -1 --format=%ct)}
 
 # $TERMUX_PREFIX is a fresh directory bind-mounted at Termux's path (only in
 # this mount namespace), so the RUNPATHs and the installed paths are Termux's.
@@ -94,7 +94,13 @@ ln -sfn "$CHROOT/usr/include/aarch64-linux-gnu/python$TERMUX_PYTHON_VERSION" \
 termux_setup_python_pip() {  # crossenv over the arm64 root's python, as Termux's over its own
 	local env=$WORK/crossenv
 	if [ ! -x "$env/bin/cross-python" ]; then
-		(cd / && python -m crossenv "$CHROOT/usr/bin/python$TERMUX_PYTHON_VERSION" "$env" >/dev/null)
+		rm -rf "$env"
+		# crossenv 1.6.2 takes any pip without pip/_vendor/six.py (every pip since
+		# 24.1) for a distribution's unbundled one and reinstalls that version from
+		# PyPI; Debian's own wheel of it (python3-pip-whl, what ensurepip installs)
+		# is stock, and sid's can be newer than the index, so pip may take it from there.
+		(cd / && PIP_FIND_LINKS=/usr/share/python-wheels \
+			python -m crossenv "$CHROOT/usr/bin/python$TERMUX_PYTHON_VERSION" "$env" >/dev/null)
 	fi
 	# shellcheck disable=SC1091
 	. "$env/bin/activate"  # python is now the cross-python
