@@ -19,9 +19,9 @@
 # g++-aarch64-linux-gnu for glibc, not the NDK's clang for bionic
 # (tools/termux/android_toolchain.sh says what that leaves out); the arm64
 # Debian root of tools/arm/root.sh stands in for the device and for the target
-# Python (3.11) that crossenv needs; sources come from the vendored MNN
-# tarball (its git-archive header gives the commit the recipe checks) and
-# from this checkout.
+# Python that crossenv needs (bookworm's 3.11, or sid's 3.14); sources come
+# from the vendored MNN tarball (its git-archive header gives the commit the
+# recipe checks) and from this checkout.
 #
 # Afterwards the .debs are installed with dpkg into a Termux prefix inside the
 # arm64 root (its own dpkg database, as Termux's), over stand-ins of Termux's
@@ -84,8 +84,8 @@ DEVICE_ONLY=${MNN_ENGINE_REPLAY_DEVICE_ONLY:-}
 mkdir -p "$WORK/prefix" "$WORK/packages" "$TERMUX_COMMON_CACHEDIR" "$TERMUX_PREFIX"
 mount --bind "$WORK/prefix" "$TERMUX_PREFIX"
 mkdir -p "$TERMUX_PREFIX/lib" "$TERMUX_PREFIX/include/aarch64-linux-gnu" "$TERMUX_PREFIX/tmp"
-# Debian's python3.11 headers are multiarch: pyconfig.h includes
-# <aarch64-linux-gnu/python3.11/pyconfig.h> (Termux's python has a plain
+# Debian's python3.X headers are multiarch: pyconfig.h includes
+# <aarch64-linux-gnu/python3.X/pyconfig.h> (Termux's python has a plain
 # one), found through -isystem $PREFIX/include; not part of any package.
 ln -sfn "$CHROOT/usr/include/aarch64-linux-gnu/python$TERMUX_PYTHON_VERSION" \
 	"$TERMUX_PREFIX/include/aarch64-linux-gnu/python$TERMUX_PYTHON_VERSION"
