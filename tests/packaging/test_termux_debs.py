@@ -6,6 +6,7 @@ the real packages in the arm64 root; this is the packaging logic alone.)"""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -19,13 +20,16 @@ pytestmark = pytest.mark.skipif(shutil.which("dpkg") is None or shutil.which("ar
                                 reason="needs dpkg and ar (Debian)")
 
 
-def private_mounts() -> list[str]:
-    """The command prefix for a mount namespace whose mounts stay in it (as the replay's)."""
-    command = ["unshare", "--mount", "--propagation", "private", *([] if os.geteuid() == 0 else ["--map-root-user"])]
-    probe = subprocess.run([*command, "true"], capture_output=True, text=True)
-    if probe.returncode != 0:  # e.g. in a chroot, whose / is no mount point
-        pytest.skip(f"no private mount namespace here: {probe.stderr.strip()}")
-    return command
+# a mount namespace whose mounts stay in it, as the replay's
+PRIVATE_MOUNTS = ("unshare", "--mount", "--propagation", "private",
+                  *(() if os.geteuid() == 0 else ("--map-root-user",)))
+
+
+@functools.cache
+def _no_private_mounts() -> str:
+    """Why PRIVATE_MOUNTS cannot be made here (e.g. in a chroot, whose / is no mount point); "" when it can."""
+    probe = subprocess.run([*PRIVATE_MOUNTS, "true"], capture_output=True, text=True)
+    return "" if probe.returncode == 0 else probe.stderr.strip() or f"exit {probe.returncode}"
 
 
 def build(tmp_path: Path, version: str, env_text: str) -> tuple[Path, str]:
@@ -50,7 +54,9 @@ umount {prefix}
 CONFFILES=$TERMUX_PKG_CONFFILES create_deb demo {version} {stage} {tmp_path}/debs "Depends: libc++" \\
     "Description: a demo service"
 """
-    subprocess.run([*private_mounts(), "bash", "-c", script], check=True,
+    if _no_private_mounts():
+        pytest.skip(f"no private mount namespace here: {_no_private_mounts()}")
+    subprocess.run([*PRIVATE_MOUNTS, "bash", "-c", script], check=True,
                    env={**os.environ, "ENV_TEXT": env_text})
     return tmp_path / "debs" / f"demo_{version}_aarch64.deb", prefix
 
