@@ -58,6 +58,9 @@ ERROR_CODES: dict[str, ErrorKind] = {
     "structured_output_unavailable": ErrorKind(
         400, "invalid_request_error", "Structured output needs the optional grammar engine (mnn-engine[structured])."
     ),
+    "dependency_missing": ErrorKind(
+        500, "server_error", "A Python package mnn-engine needs is not installed (the message says how to finish)."
+    ),
     "internal_error": ErrorKind(500, "server_error", "An unexpected failure inside mnn_engine."),
 }
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from .. import __version__
 from ..errors import MnnEngineError
 from . import chat, info, models, run, serve
+from .dependencies import missing_dependency
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,4 +34,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except MnnEngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # e.g. tornado, when a Termux install's pip step failed offline
+        missing = missing_dependency(exc)
+        if missing is None:
+            raise
+        print(f"error: {missing}", file=sys.stderr)
         return 2

@@ -62,6 +62,10 @@ DEFAULT_DRAFT_TOKENS = 7
 _COST_PROBE_TEXT = "The quick brown fox jumps over the lazy dog, and then it runs home."
 # MNN config keys that MNN reads as C ints
 _INT_CONFIG_KEYS = frozenset({"max_all_tokens", "max_new_tokens", "thread_num", "prefill_chunk_size"})
+# The MNN config key of patch 0002's switch (Interpreter::CPU_BATCH_INDEPENDENT_ROWS): off by default in
+# libMNN, so every other program linking it computes as upstream MNN does; every model mnn-engine loads
+# asks for it unless its config or the caller says false. MNN builds without the patch ignore the key.
+BATCH_INDEPENDENT_ROWS = "batch_independent_rows"
 # Token arrays sent to embed are this model's ids; the usual client that sends others is langchain's
 # OpenAIEmbeddings, which tokenizes with tiktoken by default (its ids mean nothing to another model).
 _FOREIGN_IDS_HINT = ("; token arrays are read as this model's own token ids, so they were probably made by "
@@ -77,8 +81,9 @@ def _rows_batch_independent(core: _mnn.LlmCore) -> bool:
     gives them one forward at a time, bit for bit: what lossless speculative
     verification and reuse of any cached prefix need. True with our MNN patch
     (subprojects/packagefiles/MNN/0002-batch-independent-rows.patch) on the
-    kernels it covers; an unpatched MNN (the PyPI wheel's) or another CPU's
-    kernels say False, and then speculation stays off in int4 and the prompt
+    kernels it covers, with its switch on (``BATCH_INDEPENDENT_ROWS``, which
+    load sets); an unpatched MNN (the PyPI wheel's), the switch off or another
+    CPU's kernels say False, and then speculation stays off in int4 and the prompt
     cache keeps whole chunks. A model whose forwards do not give a row of
     logits per token says False too. Empties the prompt cache."""
     ids = core.tokenize(_COST_PROBE_TEXT)
@@ -276,11 +281,12 @@ class Llm:
             if self._mnn_overrides is None:  # (load() sets it; a first-touch child comes here directly)
                 self._mnn_overrides = self._mappable(self.config_overrides)
             overrides = self._mnn_overrides
+            if BATCH_INDEPENDENT_ROWS not in {**self.file_config, **overrides}:
+                overrides = {**overrides, BATCH_INDEPENDENT_ROWS: True}
             load_backend_library(str({**self.file_config, **overrides}.get("backend_type", "cpu")))
             with captured_native_output() as lines:
                 core = _mnn.LlmCore(str(self.config_path), embedding=self.kind == "embedding")
-                if overrides:
-                    core.set_config(json.dumps(overrides))
+                core.set_config(json.dumps(overrides))
                 ok = core.load()
             if ok and not core.embedding:
                 # generate_init then keeps the KV cache; the loop resets it when it cannot be reused

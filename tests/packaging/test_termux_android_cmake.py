@@ -70,6 +70,6 @@ def test_without_the_android_command_flag_the_libraries_go_to_an_abi_directory(t
     # why the recipe sets MNN_BUILD_FOR_ANDROID_COMMAND: otherwise MNN writes them to
     # ${NATIVE_LIBRARY_OUTPUT}/${ANDROID_ABI} (OFF/ when neither is set: ANDROID_ABI only comes
     # from the NDK's own toolchain file), each relative to its own directory
-    _, libraries = configure(tmp_path, drop=("-DMNN_BUILD_FOR_ANDROID_COMMAND=ON", "-DNATIVE_LIBRARY_OUTPUT=."))
+    _, libraries = configure(tmp_path, drop=("-DMNN_BUILD_FOR_ANDROID_COMMAND=ON",))
     assert libraries["libMNN.so"] == "OFF/libMNN.so"
     assert libraries["libMNN_Express.so"] == "express/OFF/libMNN_Express.so"

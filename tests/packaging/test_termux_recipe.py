@@ -41,7 +41,7 @@ def test_recipe_passes_the_lint_rules():
     (lambda s: s.replace("TERMUX_PKG_SRCURL=https://", "TERMUX_PKG_SRCURL=http://"), "neither https"),
     (lambda s: s.replace('"mnn-engine" "exec', '"mnn-engine" "other" "exec'), "pairs"),
     (lambda s: s.replace('TERMUX_PKG_CONFFILES="etc/', 'TERMUX_PKG_CONFFILES="/etc/'), "relative"),
-    (lambda s: s.replace('TERMUX_PKG_MAINTAINER="@mnn-engine"\n', ""), "MAINTAINER is not set"),
+    (lambda s: s.replace('TERMUX_PKG_MAINTAINER="@termux"\n', ""), "MAINTAINER is not set"),
     (lambda s: s.replace('TERMUX_PKG_VERSION="0.1.0"', 'TERMUX_PKG_VERSION="v0.1"'), "invalid version"),
     (lambda s: s.replace("termux_step_make() {", "termux_step_make() { (("), "bash -n"),
     (lambda s: s.replace("termux_step_make() {", "termux_step_make() { "), "trailing whitespace"),
@@ -102,13 +102,15 @@ def test_service_script_builds_the_serve_command(tmp_path):
     (prefix / "etc" / "mnn-engine").mkdir(parents=True)
     (prefix / "bin" / "sh").symlink_to("/bin/sh")
     fake_python = prefix / "bin" / "python"
-    fake_python.write_text('#!/bin/sh\nprintf "%s\\n" "$@"; echo "KEY=$MNN_ENGINE_API_KEY HOME=$HOME TMP=$TMPDIR"\n')
+    fake_python.write_text('#!/bin/sh\nprintf "%s\\n" "$@"; echo "KEY=$MNN_ENGINE_API_KEY HOME=$HOME TMP=$TMPDIR"\n'
+                           'echo "LIBS=$LD_LIBRARY_PATH"\n')
     fake_python.chmod(0o755)
     env_file = (RECIPE / "serve.env").read_text()
     env_file = env_file.replace("MNN_ENGINE_MODEL=\n", "MNN_ENGINE_MODEL=qwen3-0-6b-mnn\n")
     env_file = env_file.replace("MNN_ENGINE_API_KEY=\n", "MNN_ENGINE_API_KEY=abc\n")
     env_file = env_file.replace("MNN_ENGINE_MMAP=1", "MNN_ENGINE_MMAP=0")
     env_file = env_file.replace("MNN_ENGINE_THREADS=\n", "MNN_ENGINE_THREADS=3\n")
+    env_file = env_file.replace("MNN_ENGINE_GPU_LIBRARY_PATH=\n", "MNN_ENGINE_GPU_LIBRARY_PATH=/vendor/lib64\n")
     (prefix / "etc" / "mnn-engine" / "serve.env").write_text(env_file)
     script = tmp_path / "serve"
     home = tmp_path / "home"  # the recipe writes $TERMUX_ANDROID_HOME in
@@ -120,6 +122,15 @@ def test_service_script_builds_the_serve_command(tmp_path):
     assert out[:15] == ["-m", "mnn_engine", "serve", "qwen3-0-6b-mnn", "--host", "127.0.0.1", "--port", "8081",
                         "--backend", "cpu", "--precision", "low", "--threads", "3", "--no-mmap"]
     assert f"KEY=abc HOME={home} TMP={prefix}/tmp" in out
+    assert "LIBS=/vendor/lib64" in out  # exported to the server's process (an assignment in serve.env is not)
+    # an LD_LIBRARY_PATH the service already has is kept after the GPU's
+    again = subprocess.run([str(script)], capture_output=True, text=True, check=True,
+                           env={"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": "/x"}).stdout.split("\n")
+    assert "LIBS=/vendor/lib64:/x" in again
+    (prefix / "etc" / "mnn-engine" / "serve.env").write_text((RECIPE / "serve.env").read_text())
+    default = subprocess.run([str(script)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"},
+                             check=True).stdout.split("\n")
+    assert "LIBS=" in default  # the shipped serve.env changes nothing
 
 
 def test_the_recipes_build_the_pinned_mnn_and_link_against_it():
@@ -151,3 +162,65 @@ def test_the_termux_recipe_carries_the_same_mnn_patches():
     termux = sorted((REPO / "packaging" / "termux" / "mnn").glob("*.patch"))
     assert ours and [p.name for p in ours] == [p.name for p in termux]
     assert all(a.read_bytes() == b.read_bytes() for a, b in zip(ours, termux, strict=True))
+
+
+def test_runtime_deps_are_pyprojects_with_the_same_bounds():
+    """The postinst pip-installs what pyproject.toml declares, bounds and all,
+    and every declared dependency is imported by the package (numpy was not)."""
+    import tomllib
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    fields = subprocess.run(["bash", "-c", f". {RECIPE / 'build.sh'} >/dev/null 2>&1; "
+                             'printf "%s" "$TERMUX_PKG_PYTHON_RUNTIME_DEPS"'], capture_output=True, text=True,
+                            check=True).stdout
+    assert [d.strip().strip("'") for d in fields.split(",")] == declared
+    sources = "\n".join(p.read_text() for p in (REPO / "mnn_engine").rglob("*.py"))
+    for requirement in declared:
+        module = re.split(r"[<>=]", requirement)[0].replace("-", "_")
+        assert re.search(rf"^\s*(import|from) {module}\b", sources, re.M), f"{module} is declared but never imported"
+    depends = subprocess.run(["bash", "-c", f". {RECIPE / 'build.sh'} >/dev/null 2>&1; printf %s \"$TERMUX_PKG_DEPENDS\""],
+                             capture_output=True, text=True, check=True).stdout
+    assert "python-numpy" not in depends
+
+
+def test_the_postinst_says_how_to_finish_when_pip_failed(tmp_path):
+    """The recipe's postinst, continued by termux-packages' python debscripts
+    (tools/termux/package_steps.sh, its port), on a phone offline at install
+    time: pip fails, the script still exits 0 (as termux's does), and then
+    says what is missing and the pip command that finishes the install."""
+    prefix = tmp_path / "usr"
+    (prefix / "bin").mkdir(parents=True)
+    site = tmp_path / "site/mnn_engine-0.1.0.dist-info"
+    site.mkdir(parents=True)
+    (site / "METADATA").write_text("Metadata-Version: 2.1\nName: mnn-engine\nVersion: 0.1.0\n"
+                                   "Requires-Dist: tornado>=6.3\n")
+    (prefix / "bin" / "pip3").write_text("#!/bin/sh\necho 'ERROR: No matching distribution found' >&2\nexit 1\n")
+    # the phone's python: mnn-engine installed, tornado not (blocked in sys.modules)
+    (prefix / "bin" / "python").write_text(
+        f"#!/bin/sh\n[ \"$1 $2\" = '-m mnn_engine.cli.dependencies' ] || exit 9\n"
+        f"exec {sys.executable} -c \"import runpy, sys; sys.modules['tornado'] = None; "
+        "runpy.run_module('mnn_engine.cli.dependencies', run_name='__main__')\"\n")
+    for tool in ("pip3", "python"):
+        (prefix / "bin" / tool).chmod(0o755)
+    debian = tmp_path / "DEBIAN"
+    debian.mkdir()
+    script = f"""
+set -euo pipefail
+. {REPO / 'tools/termux/package_steps.sh'}
+termux_error_exit() {{ echo "$*" >&2; exit 1; }}
+. {RECIPE / 'build.sh'}
+TERMUX_PREFIX={prefix} TERMUX_PYTHON_VERSION=3.11
+cd {debian} && termux_step_create_debscripts
+python_debscripts python-mnn-engine {debian} {tmp_path / 'site'}
+"""
+    subprocess.run(["bash", "-c", script], check=True)
+    postinst = (debian / "postinst").read_text()
+    assert postinst.count("exit 0\n") == 2 and postinst.endswith("exit 0\n")  # the recipe's own last line went
+    assert postinst.index("trap ") < postinst.index("pip3\" install")
+    ran = subprocess.run(["sh", str(debian / "postinst"), "configure"], capture_output=True, text=True, cwd="/")
+    assert ran.returncode == 0, ran.stderr
+    assert "ERROR: No matching distribution found" in ran.stderr
+    assert "python-mnn-engine: [dependency_missing]" in ran.stdout and "'tornado'" in ran.stdout
+    assert "Finish the install with: pip install 'tornado>=6.3' 'prometheus-client>=0.17'" in ran.stdout
+    upgrade = subprocess.run(["sh", str(debian / "postinst"), "abort-upgrade"], capture_output=True, text=True)
+    assert upgrade.returncode == 0 and upgrade.stdout == ""  # the check runs after a configure only

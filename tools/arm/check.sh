@@ -83,45 +83,7 @@ if [ "$MODE" = wheel ]; then
   engine=$(ls "$CHROOT$VENV"/lib/python3*/site-packages/_mnncengine*.so)
 else
   step "install, source mode: cross-compiled on this machine, installed in the root"
-  command -v aarch64-linux-gnu-g++ >/dev/null ||
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q g++-aarch64-linux-gnu ccache >/dev/null
-  xwork=$CACHE/cross-source
-  arm_crossenv "$CACHE/crossenv"
-  rm -rf "$xwork/src" "$xwork/dist"
-  mkdir -p "$xwork/src/subprojects/MNN"
-  git ls-files -co --exclude-standard -z | tar --null -T - -c | tar -x -C "$xwork/src"
-  tar -xzf "$VENDOR/MNN-3.6.1.tar.gz" -C "$xwork/src/subprojects/MNN" --strip-components=1
-  tools/mnn/apply_patches.sh "$xwork/src/subprojects/MNN"
-  # Debian's multiarch pyconfig.h includes <aarch64-linux-gnu/python3.11/pyconfig.h>: -idirafter finds it
-  cat > "$xwork/cross.ini" <<EOF
-[binaries]
-c = ['ccache', 'aarch64-linux-gnu-gcc']
-cpp = ['ccache', 'aarch64-linux-gnu-g++']
-ar = 'aarch64-linux-gnu-ar'
-strip = 'aarch64-linux-gnu-strip'
-cmake = 'cmake'
-python = '$CROSS_PYTHON'
-
-[properties]
-needs_exe_wrapper = true
-
-[built-in options]
-c_args = ['-idirafter', '$CHROOT/usr/include']
-cpp_args = ['-idirafter', '$CHROOT/usr/include']
-
-[host_machine]
-system = 'linux'
-cpu_family = 'aarch64'
-cpu = 'aarch64'
-endian = 'little'
-EOF
-  if ! (cd "$xwork/src" && CCACHE_DIR=$HOME/.cache/mnn-engine/ccache-aarch64 CCACHE_BASEDIR=$xwork CCACHE_NOHASHDIR=1 \
-    "$CROSS_PYTHON" -m build -w -n -x -o "$xwork/dist" "-Csetup-args=--cross-file=$xwork/cross.ini" \
-    -Csetup-args=-Dmnn=subproject "-Cbuild-dir=$xwork/build" . >"$OUT/cross-build.log" 2>&1); then
-    tail -30 "$OUT/cross-build.log"
-    exit 1
-  fi
-  wheel=$(ls "$xwork"/dist/mnn_engine-*linux_aarch64.whl)
+  wheel=$(arm_cross_wheel "$OUT/cross-build.log")
   echo "built $(basename "$wheel")"
   cp "$wheel" "$CHROOT/tmp/"
   in_root "$VENV/bin/pip" install -q --force-reinstall "/tmp/$(basename "$wheel")[test]"

@@ -71,3 +71,75 @@ arm_crossenv() {
 	export CROSS_PYTHON=$env/cross/bin/python
 	export PATH=$env/build/bin:$PATH
 }
+
+# arm_cross_wheel LOG: mnn-engine's aarch64 wheel in source mode (MNN 3.6.1
+# from the vendored tarball with our patches), cross-compiled on this machine
+# (Debian's g++-aarch64-linux-gnu, a meson cross file, crossenv over the
+# root's python; compiling MNN under emulation would take hours), from the
+# checkout's files; prints the wheel's path. The build log goes to LOG.
+arm_cross_wheel() {
+	local log=$1 xwork=$CACHE/cross-source
+	command -v aarch64-linux-gnu-g++ >/dev/null ||
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q g++-aarch64-linux-gnu ccache >/dev/null
+	arm_crossenv "$CACHE/crossenv"
+	rm -rf "$xwork/src" "$xwork/dist"
+	mkdir -p "$xwork/src/subprojects/MNN"
+	git ls-files -co --exclude-standard -z | tar --null -T - -c | tar -x -C "$xwork/src"
+	tar -xzf "${MNN_ENGINE_VENDOR:-$PWD/../shared/vendor}/MNN-3.6.1.tar.gz" -C "$xwork/src/subprojects/MNN" --strip-components=1
+	tools/mnn/apply_patches.sh "$xwork/src/subprojects/MNN" >&2
+	# Debian's multiarch pyconfig.h includes <aarch64-linux-gnu/python3.X/pyconfig.h>: -idirafter finds it
+	cat >"$xwork/cross.ini" <<-EOF
+		[binaries]
+		c = ['ccache', 'aarch64-linux-gnu-gcc']
+		cpp = ['ccache', 'aarch64-linux-gnu-g++']
+		ar = 'aarch64-linux-gnu-ar'
+		strip = 'aarch64-linux-gnu-strip'
+		cmake = 'cmake'
+		python = '$CROSS_PYTHON'
+
+		[properties]
+		needs_exe_wrapper = true
+
+		[built-in options]
+		c_args = ['-idirafter', '$CHROOT/usr/include']
+		cpp_args = ['-idirafter', '$CHROOT/usr/include']
+
+		[host_machine]
+		system = 'linux'
+		cpu_family = 'aarch64'
+		cpu = 'aarch64'
+		endian = 'little'
+	EOF
+	if ! (cd "$xwork/src" && CCACHE_DIR=$HOME/.cache/mnn-engine/ccache-aarch64 CCACHE_BASEDIR=$xwork CCACHE_NOHASHDIR=1 \
+		"$CROSS_PYTHON" -m build -w -n -x -o "$xwork/dist" "-Csetup-args=--cross-file=$xwork/cross.ini" \
+		-Csetup-args=-Dmnn=subproject "-Cbuild-dir=$xwork/build" . >"$log" 2>&1); then
+		tail -30 "$log" >&2
+		return 1
+	fi
+	ls "$xwork"/dist/mnn_engine-*linux_aarch64.whl
+}
+
+# arm_qemu: qemu-user 11 (Debian sid's static qemu-aarch64, unpacked under
+# $CACHE) as binfmt_misc's aarch64 interpreter, so QEMU_CPU can select every
+# kernel family MNN has: cortex-a53 (ARMv8.0: NEON only), cortex-a76 (ARMv8.2:
+# fp16 arithmetic, sdot), cortex-a710 (ARMv9.0 with i8mm), max (SME2: qemu
+# emulates it from 10.1 on; bookworm's 7.2 has neither SME2 nor a710). The
+# entry is registered with F: the kernel keeps the interpreter open, so it
+# works in the root without a copy there. Sets QEMU_VERSION.
+ARM_QEMU_DEB=qemu-user_11.1.3+ds-1_amd64.deb
+arm_qemu() {
+	local dir=$CACHE/${ARM_QEMU_DEB%%_amd64.deb} qemu
+	qemu=$dir/usr/bin/qemu-aarch64
+	if [ ! -x "$qemu" ]; then
+		mkdir -p "$dir"
+		curl -sSf -o "$dir.deb" "http://deb.debian.org/debian/pool/main/q/qemu/$ARM_QEMU_DEB"
+		dpkg-deb -x "$dir.deb" "$dir"
+		rm -f "$dir.deb"
+	fi
+	if ! grep -qx "interpreter $qemu" /proc/sys/fs/binfmt_misc/qemu-aarch64 2>/dev/null; then
+		[ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || echo -1 >/proc/sys/fs/binfmt_misc/qemu-aarch64
+		printf ':qemu-aarch64:M::\\x7fELF\\x02\\x01\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x02\\x00\\xb7\\x00:\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\x00\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\xfe\\xff\\xff\\xff:%s:PF' \
+			"$qemu" >/proc/sys/fs/binfmt_misc/register
+	fi
+	QEMU_VERSION=$("$qemu" --version | head -1)
+}

@@ -6,8 +6,8 @@ Usage: python3 device_packages.py PREFIX DEBS_DIR MODEL_DIR PROBE_SCRIPT
 
 The Termux prefix PREFIX starts empty and gets its own dpkg database
 (PREFIX/var/lib/dpkg, as Termux's dpkg has). Termux's own packages that the
-.debs depend on are stood in for, and say so: a venv at PREFIX with numpy is
-Termux's python, python-pip and python-numpy (the same layout: PREFIX/bin/python,
+.debs depend on are stood in for, and say so: a venv at PREFIX is
+Termux's python and python-pip (the same layout: PREFIX/bin/python,
 PREFIX/lib/pythonX.Y/site-packages), Debian's runit is termux-services' runit,
 and one stand-in package provides their names to dpkg and holds
 termux-services' svlogger and the debpython scripts (py3compile, py3clean).
@@ -42,7 +42,7 @@ PORT = 18081
 SCRIPTED_ANSWER = "Hello! I am a tiny MNN test model"
 SERVICE = "mnn-engine"
 ENGINE = "python-mnn-engine"
-BASE_DEPS = ["libc++", "python", "python-pip", "python-numpy", "termux-services"]
+BASE_DEPS = ["libc++", "python", "python-pip", "termux-services"]
 
 # termux-services' svlogger (termux/termux-services, svlogger): one log
 # directory per service under $PREFIX/var/log/sv, written by svlogd
@@ -97,7 +97,6 @@ class Device:
     def base_system(self) -> None:
         prefix = Path(self.prefix)
         self.run("/usr/bin/python3", "-m", "venv", self.prefix)
-        self.run(f"{self.prefix}/bin/pip", "install", "-q", "numpy")
         for sub in ("info", "updates"):
             Path(self.admindir, sub).mkdir(parents=True, exist_ok=True)
         for name in ("status", "available"):
@@ -120,7 +119,7 @@ class Device:
         (stand_in / "DEBIAN" / "control").write_text(
             "Package: termux-base-stand-in\nVersion: 1\nArchitecture: aarch64\nMaintainer: replay\n"
             f"Provides: {', '.join(BASE_DEPS)}\n"
-            "Description: stand-in for Termux's python, python-pip, python-numpy, libc++ and termux-services\n")
+            "Description: stand-in for Termux's python, python-pip, libc++ and termux-services\n")
         self.run("dpkg-deb", "--root-owner-group", "--build", str(stand_in), "/tmp/termux-base-stand-in.deb")
         self.dpkg("-i", "/tmp/termux-base-stand-in.deb")
         Path(self.prefix, "tmp").mkdir(exist_ok=True)

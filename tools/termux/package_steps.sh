@@ -71,10 +71,14 @@ create_deb() {
 # python_debscripts NAME DEBIAN_DIR SITE_PACKAGES: termux_step_create_python_debscripts
 # for a .deb: the postinst pip-installs the runtime deps (and the package's
 # own pip name when its METADATA has Requires-Dist, without --upgrade: pip
-# then installs what that METADATA requires), then py3compile; the prerm py3clean.
+# then installs what that METADATA requires), then py3compile; the prerm
+# py3clean. A postinst the recipe wrote (termux_step_create_debscripts) is
+# continued, without its last line when that is "exit 0", as termux's is.
 python_debscripts() {
 	local name=$1 debian=$2 site=$3 deps metadata upgrade="--upgrade"
+	# termux_step_start_build: RUNTIME_DEPS defaults to TARGET_DEPS, "false" means none
 	deps=${TERMUX_PKG_PYTHON_RUNTIME_DEPS:-${TERMUX_PKG_PYTHON_TARGET_DEPS:-}}
+	[ "$deps" != false ] || deps=""
 	deps=${deps//, / }
 	metadata=$(find "$site" -name METADATA)
 	if [ "$(echo "$metadata" | grep -c .)" = 1 ] && grep -q '^Requires-Dist' "$metadata"; then
@@ -82,8 +86,12 @@ python_debscripts() {
 	fi
 	if [[ " $deps " == *" ${name#python-} "* ]]; then upgrade=""; fi
 	mkdir -p "$debian"
-	cat >"$debian/postinst" <<-EOF
-		#!$TERMUX_PREFIX/bin/sh
+	if [ ! -f "$debian/postinst" ]; then
+		echo "#!$TERMUX_PREFIX/bin/sh" >"$debian/postinst"
+	elif tail -n1 "$debian/postinst" | grep -q 'exit 0'; then
+		sed -i '$d' "$debian/postinst"
+	fi
+	cat >>"$debian/postinst" <<-EOF
 		if [ "\$1" != "configure" ]; then
 			exit 0
 		fi

@@ -195,7 +195,12 @@ make_debs() {
 	[ -z "${TERMUX_PKG_RECOMMENDS:-}" ] || fields+=("Recommends: $TERMUX_PKG_RECOMMENDS")
 	[ -z "${TERMUX_PKG_SUGGESTS:-}" ] || fields+=("Suggests: $TERMUX_PKG_SUGGESTS")
 	fields+=("Description: $TERMUX_PKG_DESCRIPTION")
-	if [ -d "$root$TERMUX_PREFIX/lib/python$TERMUX_PYTHON_VERSION" ] || [ -n "${TERMUX_PKG_PYTHON_TARGET_DEPS:-}" ]; then
+	# termux_step_create_debian_package: the recipe's debscripts, then the python ones (which continue its postinst)
+	mkdir -p "$root/DEBIAN"
+	if declare -F termux_step_create_debscripts >/dev/null; then
+		(cd "$root/DEBIAN" && termux_step_create_debscripts)
+	fi
+	if [ -d "$root$TERMUX_PREFIX/lib/python$TERMUX_PYTHON_VERSION" ] || [ -n "${TERMUX_PKG_PYTHON_RUNTIME_DEPS:-}" ]; then
 		python_debscripts "$name" "$root/DEBIAN" "$root$TERMUX_PREFIX/lib/python$TERMUX_PYTHON_VERSION/site-packages"
 		# termux_step_create_python_debscripts refuses a package that runs pip without depending on it
 		[[ ", $TERMUX_PKG_DEPENDS," == *", python-pip,"* ]] ||

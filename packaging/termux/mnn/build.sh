@@ -1,11 +1,20 @@
 TERMUX_PKG_HOMEPAGE=https://github.com/alibaba/MNN
 TERMUX_PKG_DESCRIPTION="Lightweight deep learning inference engine with its LLM runtime"
 TERMUX_PKG_LICENSE="Apache-2.0"
-TERMUX_PKG_MAINTAINER="@mnn-engine"
+TERMUX_PKG_MAINTAINER="@termux"
 TERMUX_PKG_VERSION="3.6.1"
 TERMUX_PKG_SRCURL=git+https://github.com/alibaba/MNN
 TERMUX_PKG_GIT_BRANCH="${TERMUX_PKG_VERSION}"
 TERMUX_PKG_DEPENDS="libc++"
+# libMNN.so has no SONAME version: nothing stops python-mnn-engine, built
+# against this version's headers, from loading another version's library.
+# Revbump python-mnn-engine with every version (or revision) of this package.
+# The source stays the tag's git clone, checked against the commit, until the
+# tag archive's SHA-256 is computed where GitHub can be reached (docs/termux.md
+# in mnn-engine says why it could not be here); then SRCURL becomes
+# https://github.com/alibaba/MNN/archive/refs/tags/${TERMUX_PKG_VERSION}.tar.gz
+# with TERMUX_PKG_SHA256 and TERMUX_PKG_AUTO_UPDATE=true (our two patches must
+# then apply to the new version, or the update's build fails visibly).
 TERMUX_PKG_AUTO_UPDATE=false
 # only aarch64 was ever built and tested (the replay, qemu); llama-cpp excludes the same
 TERMUX_PKG_EXCLUDED_ARCHES="arm, i686"
@@ -26,8 +35,6 @@ _MNN_COMMIT=d407447ed56c4121a11ccbd266dc184ca1ead0c2
 # directory and the install rules are there.
 TERMUX_PKG_EXTRA_CONFIGURE_ARGS="
 -DMNN_BUILD_FOR_ANDROID_COMMAND=ON
--DNATIVE_LIBRARY_OUTPUT=.
--DNATIVE_INCLUDE_OUTPUT=.
 -DMNN_KLEIDIAI=OFF
 -DMNN_SEP_BUILD=ON
 -DCMAKE_SKIP_BUILD_RPATH=ON
@@ -57,14 +64,6 @@ termux_step_post_get_source() {
 	fi
 }
 
-termux_step_pre_configure() {
-	# The ARMv8.2 (fp16, dot product) and ARMv8.6 (i8mm) kernels are compiled
-	# in and chosen at run time from the CPU's features; 32-bit ARM has none.
-	if [ "$TERMUX_ARCH" = aarch64 ]; then
-		TERMUX_PKG_EXTRA_CONFIGURE_ARGS+=" -DMNN_ARM82=ON"
-	fi
-}
-
 # MNN's CMake install leaves out libllm (and the image and audio libraries it
 # needs), the backend libraries and the LLM headers, so the files are
 # installed here, each from the one place the build put it (without
@@ -75,9 +74,12 @@ termux_step_make_install() {
 		found=$(find "$TERMUX_PKG_BUILDDIR" -name "$lib" -type f)
 		[ -n "$found" ] || termux_error_exit "the build made no $lib"
 		[ "$(echo "$found" | wc -l)" = 1 ] || termux_error_exit "the build made $lib twice: $found"
-		install -Dm600 "$found" "$TERMUX_PREFIX/lib/$lib"
+		install -Dm755 "$found" "$TERMUX_PREFIX/lib/$lib"
 	done
-	mkdir -p "$TERMUX_PREFIX/include"
-	cp -r "$TERMUX_PKG_SRCDIR/include/MNN" "$TERMUX_PREFIX/include/"
-	cp -r "$TERMUX_PKG_SRCDIR/transformers/llm/engine/include/llm" "$TERMUX_PREFIX/include/"
+	local dir header
+	for dir in include/MNN transformers/llm/engine/include/llm; do
+		while IFS= read -r header; do
+			install -Dm644 "$TERMUX_PKG_SRCDIR/$dir/$header" "$TERMUX_PREFIX/include/$(basename "$dir")/$header"
+		done < <(cd "$TERMUX_PKG_SRCDIR/$dir" && find . -type f | sed 's|^\./||')
+	done
 }

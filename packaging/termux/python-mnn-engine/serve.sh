@@ -28,4 +28,8 @@ fi
 if [ -n "${MNN_ENGINE_HOME:-}" ]; then
 	export MNN_ENGINE_HOME
 fi
+if [ -n "${MNN_ENGINE_GPU_LIBRARY_PATH:-}" ]; then
+	LD_LIBRARY_PATH=$MNN_ENGINE_GPU_LIBRARY_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+	export LD_LIBRARY_PATH
+fi
 exec @TERMUX_PREFIX@/bin/python -m mnn_engine "$@"
