@@ -91,7 +91,8 @@ def test_shellcheck():
                       (RECIPE, ["-s", "sh", "-e", "SC2034", "serve.env"]),
                       (MNN_RECIPE, ["-s", "bash", "-e", "SC2034", *sorted(p.name for p in MNN_RECIPE.glob("*.sh"))]),
                       (REPO, ["-x", "tools/termux/replay.sh", "tools/arm/check.sh", "tools/arm/root.sh",
-                              "tools/mnn/apply_patches.sh"])):
+                              "tools/arm/probe.sh", "tools/mnn/apply_patches.sh", "tools/mnn/build_row_probe.sh",
+                              "tools/mnn/build_unpatched.sh"])):
         result = subprocess.run(["shellcheck", *args], cwd=cwd, capture_output=True, text=True)
         assert result.returncode == 0, result.stdout
 
@@ -170,17 +171,16 @@ def test_runtime_deps_are_pyprojects_with_the_same_bounds():
     import tomllib
 
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    fields = subprocess.run(["bash", "-c", f". {RECIPE / 'build.sh'} >/dev/null 2>&1; "
-                             'printf "%s" "$TERMUX_PKG_PYTHON_RUNTIME_DEPS"'], capture_output=True, text=True,
-                            check=True).stdout
-    assert [d.strip().strip("'") for d in fields.split(",")] == declared
+    def recipe(variable: str) -> str:
+        return subprocess.run(["bash", "-c", f". {RECIPE / 'build.sh'} >/dev/null 2>&1; printf %s \"${variable}\""],
+                              capture_output=True, text=True, check=True).stdout
+
+    assert [d.strip().strip("'") for d in recipe("TERMUX_PKG_PYTHON_RUNTIME_DEPS").split(",")] == declared
     sources = "\n".join(p.read_text() for p in (REPO / "mnn_engine").rglob("*.py"))
     for requirement in declared:
         module = re.split(r"[<>=]", requirement)[0].replace("-", "_")
         assert re.search(rf"^\s*(import|from) {module}\b", sources, re.M), f"{module} is declared but never imported"
-    depends = subprocess.run(["bash", "-c", f". {RECIPE / 'build.sh'} >/dev/null 2>&1; printf %s \"$TERMUX_PKG_DEPENDS\""],
-                             capture_output=True, text=True, check=True).stdout
-    assert "python-numpy" not in depends
+    assert "python-numpy" not in recipe("TERMUX_PKG_DEPENDS")
 
 
 def test_the_postinst_says_how_to_finish_when_pip_failed(tmp_path):
@@ -224,3 +224,33 @@ python_debscripts python-mnn-engine {debian} {tmp_path / 'site'}
     assert "Finish the install with: pip install 'tornado>=6.3' 'prometheus-client>=0.17'" in ran.stdout
     upgrade = subprocess.run(["sh", str(debian / "postinst"), "abort-upgrade"], capture_output=True, text=True)
     assert upgrade.returncode == 0 and upgrade.stdout == ""  # the check runs after a configure only
+
+
+def _install_license(tmp_path, recipe, srcdir, **env):
+    script = f"""
+set -euo pipefail
+. {REPO / 'tools/termux/package_steps.sh'}
+termux_error_exit() {{ echo "$*" >&2; exit 1; }}
+. {recipe / 'build.sh'}
+TERMUX_PREFIX={tmp_path}/usr TERMUX_PKG_NAME={recipe.name} TERMUX_PKG_SRCDIR={srcdir}
+{' '.join(f'{k}={v!r}' for k, v in env.items())}
+termux_step_install_license
+"""
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+
+
+def test_every_licence_shipped_is_installed_with_its_text(tmp_path):
+    """termux_step_install_license (the replay's port) with the recipes'
+    TERMUX_PKG_LICENSE_FILE: the package's own licence, the notices and each
+    vendored library's copyright file (a repeated basename gets a suffix)."""
+    assert _install_license(tmp_path, RECIPE, REPO).returncode == 0
+    doc = tmp_path / "usr/share/doc/python-mnn-engine"
+    assert sorted(p.name for p in doc.iterdir()) == ["LICENSE", "THIRD_PARTY_NOTICES.md", "copyright",
+                                                      *(f"copyright.{i}" for i in range(1, 5))]
+    texts = "".join(p.read_text() for p in doc.iterdir())
+    for licence in ("Apache License", "Expat", "BSD-3-clause", "OFL-1.1"):
+        assert licence in texts, licence
+    missing = _install_license(tmp_path, RECIPE, tmp_path)  # a source without the files fails the build
+    assert missing.returncode != 0 and "LICENSE does not exist" in missing.stderr
+    assert _install_license(tmp_path, MNN_RECIPE, REPO / "subprojects" / "MNN").returncode == 0
+    assert os.readlink(tmp_path / "usr/share/doc/mnn/copyright") == "../../LICENSES/Apache-2.0.txt"

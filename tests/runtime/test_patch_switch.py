@@ -70,7 +70,8 @@ def test_the_switch_off_makes_no_claim():
 
 @pytest.mark.skipif(build_info()["mode"] == "wheel", reason="the PyPI wheel's MNN has no such switch")
 @pytest.mark.skipif(not (UNPATCHED / "libMNN.so").is_file(),
-                    reason=f"needs the unpatched libMNN at {UNPATCHED} (tools/mnn/build_unpatched.sh 0002; CI builds it)")
+                    reason=f"needs the unpatched libMNN at {UNPATCHED} (tools/mnn/build_unpatched.sh 0002; CI "
+                           "builds it)")
 @pytest.mark.parametrize("memory", ["low", "normal"])
 @pytest.mark.parametrize("model", ["tiny", "smollm2-135m"])
 def test_the_switch_off_computes_what_unpatched_mnn_computes(model, memory):

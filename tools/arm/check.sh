@@ -6,7 +6,8 @@
 # Builds (once, cached) an arm64 Debian bookworm root (tools/arm/root.sh),
 # copies the checkout and the x86-built test models into it (MNN model files
 # are portable: the greedy answers below show it), installs mnn-engine there
-# and runs, under qemu-aarch64 -cpu max:
+# and runs, under qemu-aarch64 -cpu $ARM_CPU (default max; tools/arm/probe.sh
+# names the CPU model of each kernel family):
 #   1. which ARM kernels MNN finds and the engine library carries (ARMv8.2
 #      dot/fp16, ARMv8.6 i8mm, KleidiAI, SME2), and the first int8 GEMM kernel
 #      a generation calls (a breakpoint through qemu's gdb stub);
@@ -34,8 +35,9 @@ MODE=${1:-source}
 shift || true
 [ "${1:-}" = "--" ] && shift
 MODELS=${MNN_ENGINE_TEST_MODELS:-$HOME/.cache/mnn-engine/test-models/v1}
-VENDOR=${MNN_ENGINE_VENDOR:-$ROOT/../shared/vendor}
+export MNN_ENGINE_VENDOR=${MNN_ENGINE_VENDOR:-$ROOT/../shared/vendor}  # arm_cross_wheel reads it
 TIMEOUT=${ARM_TIMEOUT:-5400}
+ARM_CPU=${ARM_CPU:-max}
 # the native (x86) side of the answers comparison: an install of the same mode
 X86_PYTHON=${ARM_X86_PYTHON:-$ROOT/.venv/bin/python}
 GDB_PORT=${ARM_GDB_PORT:-1234} # two modes at once (each in its own mount namespace) need two ports
@@ -47,6 +49,7 @@ TESTS+=(--deselect tests/runtime/test_speculative.py::test_with_float_weights_ba
 case "$MODE" in source | wheel) ;; *) echo "usage: $0 [source|wheel] [-- PYTEST ARGS...]"; exit 2 ;; esac
 VENV=/opt/venv-$MODE
 OUT=$ROOT/build/arm/$MODE
+[ "$ARM_CPU" = max ] || OUT+=-$ARM_CPU
 COMMIT=$(git rev-parse HEAD) # the tree copied below (HEAD may move during a long run)
 mkdir -p "$OUT"
 # shellcheck source=tools/arm/root.sh
@@ -56,6 +59,7 @@ step() { printf '\n== %s (%s)\n' "$1" "$(date +%H:%M:%S)"; }
 
 step "host: qemu-user-static, binfmt_misc, the arm64 Debian root (cached)"
 arm_root
+arm_qemu
 trap arm_root_unmount EXIT
 # shellcheck disable=SC2119  # no extra mounts
 arm_root_mount
@@ -92,9 +96,9 @@ fi
 in_root "$VENV/bin/python" -c 'import mnn_engine, json; print(json.dumps(mnn_engine.build_info()))' \
   | tee "$OUT/build_info.json"
 
-step "the ARM kernels: what MNN detects under -cpu max, what the engine library carries"
+step "the ARM kernels: what MNN detects under -cpu $ARM_CPU, what the engine library carries"
 # MNN prints what it detected when its CPU runtime starts; mnn-engine logs MNN's output
-in_root /bin/sh -c "cd / && QEMU_CPU=max $VENV/bin/python -c \"
+in_root /bin/sh -c "cd / && QEMU_CPU=$ARM_CPU $VENV/bin/python -c \"
 import logging; logging.basicConfig(level=logging.INFO)
 from mnn_engine import Llm
 Llm('/models/tiny', thread_num=1).load().close()\" 2>&1 | grep -i 'device supports' || true" | tee "$OUT/cpu_features.txt"
@@ -108,7 +112,7 @@ symbols=$( (nm "$engine" 2>/dev/null || true; nm -D "$engine") | sort -u)
 step "the ARM kernels in use: the first int8 GEMM kernel a generation calls (gdb on qemu's stub)"
 command -v gdb-multiarch >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q gdb-multiarch >/dev/null
 # (the load's first-touch child process must not inherit QEMU_GDB: its qemu would want the port too)
-in_root /bin/sh -c "cd / && QEMU_CPU=max QEMU_GDB=$GDB_PORT $VENV/bin/python -c \"
+in_root /bin/sh -c "cd / && QEMU_CPU=$ARM_CPU QEMU_GDB=$GDB_PORT $VENV/bin/python -c \"
 import os; del os.environ['QEMU_GDB']
 from mnn_engine import Llm
 with Llm('/models/smollm2-135m', thread_num=1) as llm:
@@ -122,13 +126,13 @@ wait || true
 step "greedy answers: aarch64 (emulated) against x86 (native)"
 (cd / && "$X86_PYTHON" "$ROOT/tools/arm/answers.py" "$MODELS" 2>/dev/null | tail -1) >"$OUT/answers-x86.json"
 cp "$OUT/answers-x86.json" "$CHROOT/tmp/answers-x86.json"
-in_root /bin/sh -c "cd / && QEMU_CPU=max $VENV/bin/python /work/mnn-engine-$MODE/tools/arm/answers.py /models \
+in_root /bin/sh -c "cd / && QEMU_CPU=$ARM_CPU $VENV/bin/python /work/mnn-engine-$MODE/tools/arm/answers.py /models \
   /tmp/answers-x86.json 2>/dev/null | tail -1" >"$OUT/answers-arm64.json"
 python3 tools/arm/compare_answers.py "$OUT/answers-x86.json" "$OUT/answers-arm64.json" | tee "$OUT/answers.txt"
 
-step "tests under emulation (-cpu max), bounded to ${TIMEOUT}s: ${TESTS[*]}"
+step "tests under emulation (-cpu $ARM_CPU), bounded to ${TIMEOUT}s: ${TESTS[*]}"
 set +e
-in_root /bin/sh -c "cd /work/mnn-engine-$MODE && QEMU_CPU=max timeout $TIMEOUT $VENV/bin/pytest -q \
+in_root /bin/sh -c "cd /work/mnn-engine-$MODE && QEMU_CPU=$ARM_CPU timeout $TIMEOUT $VENV/bin/pytest -q \
   -p no:cacheprovider -m 'not slow' ${TESTS[*]}" 2>&1 | tee "$OUT/pytest.log" | tail -15
 status=${PIPESTATUS[0]}
 set -e
@@ -137,12 +141,12 @@ if [ "$status" = 124 ]; then # timeout stopped pytest before its summary: count 
   summary="stopped by the ${TIMEOUT}s bound after $(grep -o '[.FEsx]' <(grep -vE 'passed|failed|^=' "$OUT/pytest.log") |
     sort | uniq -c | tr -s ' \n' ' ')"
 fi
-python3 - "$OUT" "$status" "$summary" "$COMMIT" "$MODE" <<'EOF'
+python3 - "$OUT" "$status" "$summary" "$COMMIT" "$MODE" "$QEMU_VERSION -cpu $ARM_CPU" <<'EOF'
 import json, sys, time
-out, status, summary, commit, mode = sys.argv[1:]
+out, status, summary, commit, mode, qemu = sys.argv[1:]
 def lines(name):
     return open(f"{out}/{name}").read().strip().splitlines()
-result = {"date": time.strftime("%Y-%m-%d %H:%M"), "commit": commit, "mode": mode, "pytest_status": int(status),
+result = {"date": time.strftime("%Y-%m-%d %H:%M"), "commit": commit, "mode": mode, "qemu": qemu, "pytest_status": int(status),
           "summary": summary, "build_info": json.load(open(f"{out}/build_info.json")),
           "cpu_features": "\n".join(lines("cpu_features.txt")), "answers": lines("answers.txt"),
           "kernels": lines("kernels.txt"), "kernel_in_use": lines("kernel_in_use.txt")}

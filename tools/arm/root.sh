@@ -126,7 +126,7 @@ arm_cross_wheel() {
 # emulates it from 10.1 on; bookworm's 7.2 has neither SME2 nor a710). The
 # entry is registered with F: the kernel keeps the interpreter open, so it
 # works in the root without a copy there. Sets QEMU_VERSION.
-ARM_QEMU_DEB=qemu-user_11.1.3+ds-1_amd64.deb
+ARM_QEMU_DEB="qemu-user_11.1.3+ds-1_amd64.deb"
 arm_qemu() {
 	local dir=$CACHE/${ARM_QEMU_DEB%%_amd64.deb} qemu
 	qemu=$dir/usr/bin/qemu-aarch64
@@ -141,5 +141,6 @@ arm_qemu() {
 		printf ':qemu-aarch64:M::\\x7fELF\\x02\\x01\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x02\\x00\\xb7\\x00:\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\x00\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\xff\\xfe\\xff\\xff\\xff:%s:PF' \
 			"$qemu" >/proc/sys/fs/binfmt_misc/register
 	fi
+	# shellcheck disable=SC2034  # read by the scripts that source this file
 	QEMU_VERSION=$("$qemu" --version | head -1)
 }

@@ -72,6 +72,7 @@ termux_setup_meson() {
 	} > "$TERMUX_MESON_CROSSFILE"
 }
 # termux_step_configure_cmake (scripts/build/configure/), cross-compiling for bionic
+# (TERMUX_PKG_CMAKE_CROSSCOMPILING: true unless a recipe says otherwise, termux_step_setup_variables)
 # shellcheck disable=SC2086  # TERMUX_PKG_EXTRA_CONFIGURE_ARGS is a word list, as in termux-packages
 termux_step_configure_cmake() {
 	CXXFLAGS+=" --target=$CCTERMUX_HOST_PLATFORM"
@@ -88,7 +89,7 @@ termux_step_configure_cmake() {
 		-DCMAKE_INSTALL_INCLUDEDIR="$TERMUX_PREFIX/include" \
 		-DCMAKE_MAKE_PROGRAM="$(command -v ninja)" -DCMAKE_SKIP_INSTALL_RPATH=ON \
 		-DCMAKE_USE_SYSTEM_LIBRARIES=True -DDOXYGEN_EXECUTABLE= -DBUILD_TESTING=OFF \
-		-DCMAKE_CROSSCOMPILING=False "-DCMAKE_LINKER=$TERMUX_STANDALONE_TOOLCHAIN/bin/$LD $LDFLAGS" \
+		"-DCMAKE_CROSSCOMPILING=$([ "${TERMUX_PKG_CMAKE_CROSSCOMPILING:-true}" = true ] && echo True || echo False)" "-DCMAKE_LINKER=$TERMUX_STANDALONE_TOOLCHAIN/bin/$LD $LDFLAGS" \
 		-DCMAKE_SYSTEM_NAME=Android -DCMAKE_SYSTEM_VERSION="$TERMUX_PKG_API_LEVEL" \
 		-DCMAKE_ANDROID_STANDALONE_TOOLCHAIN="$TERMUX_STANDALONE_TOOLCHAIN" \
 		-DCMAKE_SYSTEM_PROCESSOR="$TERMUX_ARCH" \
@@ -99,7 +100,7 @@ termux_step_configure_meson() {
 	termux_setup_meson
 	CC=gcc CXX=g++ CFLAGS='' CXXFLAGS='' CPPFLAGS='' LDFLAGS='' $TERMUX_MESON setup \
 		"$TERMUX_PKG_SRCDIR" "$TERMUX_PKG_BUILDDIR" --cross-file "$TERMUX_MESON_CROSSFILE" \
-		--prefix "$TERMUX_PREFIX" --libdir lib --includedir include --buildtype minsize --strip \
+		--prefix "$TERMUX_PREFIX" --libdir lib --includedir include --buildtype release --strip \
 		$TERMUX_PKG_EXTRA_CONFIGURE_ARGS
 }
 termux_step_configure() {

@@ -114,3 +114,44 @@ python_debscripts() {
 	EOF
 	chmod 0755 "$debian/postinst" "$debian/prerm"
 }
+
+# termux_step_install_license, for bionic. With
+# TERMUX_PKG_LICENSE_FILE, each file of the source to share/doc/NAME/ (a
+# basename seen before gets a .N suffix), failing when one is missing; without
+# it, each licence of TERMUX_PKG_LICENSE that carries copyright (MIT, BSD, ...)
+# from the source's LICENSE/COPYING file, the rest as a link to termux's
+# generic text (../../LICENSES/NAME.txt, which termux-licenses installs).
+termux_step_install_license() {
+	local doc=$TERMUX_PREFIX/share/doc/$TERMUX_PKG_NAME file target counter=1 license found
+	local -A seen=()
+	mkdir -p "$doc"
+	if [ -n "${TERMUX_PKG_LICENSE_FILE:-}" ]; then
+		while read -r file; do
+			[ -n "$file" ] || continue
+			[ -f "$TERMUX_PKG_SRCDIR/$file" ] || termux_error_exit "$TERMUX_PKG_SRCDIR/$file does not exist"
+			target=$(basename "$file")
+			if [ -n "${seen[$target]:-}" ]; then target+=".$((counter++))"; else seen[$target]=1; fi
+			cp -f "$TERMUX_PKG_SRCDIR/$file" "$doc/$target"
+		done <<<"${TERMUX_PKG_LICENSE_FILE//,/$'\n'}"
+		return 0
+	fi
+	counter=0
+	while read -r license; do
+		license=$(echo "$license" | sed 's/^ *//; s/ *$//')
+		[ -n "$license" ] || continue
+		target=copyright
+		[ "$counter" = 0 ] || target=copyright.$counter
+		case "$license" in
+			BSD | "BSD 2-Clause" | "BSD 3-Clause" | "BSD Simplified" | curl | HPND | ISC | Libpng | MIT | OFL-1.1 | PythonPL | X11 | ZLIB)
+				found=""
+				for file in COPYING Copyright.txt copyright Copyright COPYRIGHT licence Licence LICENCE license License LICENSE \
+					license.txt License.txt LICENSE.txt LICENSE.TXT license.md LICENSE.md; do
+					if [ -f "$TERMUX_PKG_SRCDIR/$file" ]; then found=$file; break; fi
+				done
+				[ -n "$found" ] || termux_error_exit "$TERMUX_PKG_NAME: no licence file for $license in the sources"
+				cp -f "$TERMUX_PKG_SRCDIR/$found" "$doc/$target" ;;
+			*) ln -sf "../../LICENSES/$license.txt" "$doc/$target" ;;
+		esac
+		counter=$((counter + 1))
+	done <<<"${TERMUX_PKG_LICENSE//,/$'\n'}"
+}

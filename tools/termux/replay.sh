@@ -152,7 +152,7 @@ build_package() {
 		local fn
 		for fn in termux_step_post_get_source termux_step_patch_package termux_step_pre_configure termux_step_configure \
 			termux_step_post_configure termux_step_make termux_step_make_install termux_step_post_make_install \
-			termux_step_install_service_scripts; do
+			termux_step_install_service_scripts termux_step_install_license; do
 			if declare -F "$fn" >/dev/null; then
 				step "$name: $fn"
 				cd "$TERMUX_PKG_BUILDDIR"  # in this shell, as build-package.sh: a step's variables reach the next

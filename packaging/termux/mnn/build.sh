@@ -16,8 +16,11 @@ TERMUX_PKG_DEPENDS="libc++"
 # with TERMUX_PKG_SHA256 and TERMUX_PKG_AUTO_UPDATE=true (our two patches must
 # then apply to the new version, or the update's build fails visibly).
 TERMUX_PKG_AUTO_UPDATE=false
-# only aarch64 was ever built and tested (the replay, qemu); llama-cpp excludes the same
-TERMUX_PKG_EXCLUDED_ARCHES="arm, i686"
+# aarch64 only: every phone. arm and i686 are 32-bit (llama-cpp excludes them
+# too); x86_64 (Chromebooks, emulators) was never built for Android nor
+# replayed, and would compile patch 0002's x86 kernels with the NDK's clang:
+# excluded until it is (docs/termux.md in mnn-engine).
+TERMUX_PKG_EXCLUDED_ARCHES="arm, i686, x86_64"
 # KleidiAI (Arm's micro-kernels) is left out: MNN 3.6.1 compiles it in but
 # leaves it off at run time (MNN_KLEIDIAI_DEFAULT_ON=OFF) and its LLM engine
 # never sets the CPU_ENABLE_KLEIDIAI hint, so it would be a download and a

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Per ARM kernel family MNN dispatches to on phones: which of MNN's kernels a
+# generation runs (qemu's gdb stub), and which ops give a token another result
+# alone than inside a batch (tools/mnn/row_probe.cpp), under qemu-user.
+#
+# Usage (as root, from a checkout): tools/arm/probe.sh [FAMILY ...]
+#   neon    cortex-a53   ARMv8.0: NEON only (no fp16 arithmetic, no sdot)
+#   armv82  cortex-a76   ARMv8.2: fp16 arithmetic and sdot (most phones since 2019)
+#   i8mm    cortex-a710  ARMv9.0 with i8mm (MNN's ARMv8.6 kernels; recent big cores)
+#   sme2    max          SME2 (2024+ flagships; qemu emulates it from 10.1 on)
+# For each family, model (tiny, smollm2-135m: int4) and precision (low: fp16
+# where the CPU has it, MNN's default; high: fp32), with the switch on as
+# mnn-engine loads models (PROBE_CONFIG adds MNN config keys). Uses the
+# aarch64 wheel tools/arm/check.sh builds (arm_cross_wheel; built when
+# missing). Results: build/arm/probe/FAMILY/ (MODEL-PRECISION.txt: one line
+# per op, "first_diff ..." last; kernels.txt; cpu.txt) and their summary,
+# build/arm/probe/summary.json.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+MODELS=${MNN_ENGINE_TEST_MODELS:-$HOME/.cache/mnn-engine/test-models/v1}
+GDB_PORT=${ARM_GDB_PORT:-1236}
+PROBE_CONFIG=${PROBE_CONFIG:-}
+declare -A CPU=([neon]=cortex-a53 [armv82]=cortex-a76 [i8mm]=cortex-a710 [sme2]=max)
+if [ "$#" -gt 0 ]; then FAMILIES=("$@"); else FAMILIES=(neon armv82 i8mm sme2); fi
+OUT=$ROOT/build/arm/probe
+VENV=/opt/venv-probe
+# shellcheck source=tools/arm/root.sh
+. tools/arm/root.sh
+
+arm_root
+arm_qemu
+trap arm_root_unmount EXIT
+# shellcheck disable=SC2119  # no extra mounts
+arm_root_mount
+in_root() { chroot "$CHROOT" /usr/bin/env -i HOME=/root PATH="$VENV/bin:/usr/bin:/bin" "$@"; }
+
+wheel=$(ls "$CACHE"/cross-source/dist/mnn_engine-*linux_aarch64.whl 2>/dev/null || true)
+[ -n "$wheel" ] || { mkdir -p "$OUT"; wheel=$(arm_cross_wheel "$OUT/cross-build.log"); }
+in_root /bin/sh -c "test -x $VENV/bin/python || python3 -m venv $VENV"
+cp "$wheel" "$CHROOT/tmp/"
+in_root "$VENV/bin/pip" install -q --no-deps --force-reinstall "/tmp/$(basename "$wheel")"
+libdir=$(dirname "$(ls "$CHROOT$VENV"/lib/python3*/site-packages/.mnn_engine.mesonpy.libs/libMNN.so)")
+CXX=aarch64-linux-gnu-g++ RPATH=${libdir#"$CHROOT"} tools/mnn/build_row_probe.sh "$libdir" "$CHROOT/opt/row_probe" \
+  "$CACHE/cross-source/src/subprojects/MNN" >/dev/null
+mkdir -p "$CHROOT/models"
+for model in tiny smollm2-135m; do
+  [ -d "$CHROOT/models/$model" ] || cp -r "$MODELS/$model" "$CHROOT/models/"
+done
+command -v gdb-multiarch >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q gdb-multiarch >/dev/null
+
+for family in "${FAMILIES[@]}"; do
+  cpu=${CPU[$family]:?unknown family $family (neon, armv82, i8mm, sme2)}
+  dir=$OUT/$family
+  mkdir -p "$dir"
+  echo "$QEMU_VERSION -cpu $cpu" >"$dir/cpu.txt"
+  QEMU_CPU=$cpu chroot "$CHROOT" grep -m1 Features /proc/cpuinfo >>"$dir/cpu.txt"
+  for model in tiny smollm2-135m; do
+    for precision in low high; do
+      config="{\"batch_independent_rows\": true, \"precision\": \"$precision\", \"thread_num\": 1${PROBE_CONFIG:+, $PROBE_CONFIG}}"
+      printf '%s %s %s: ' "$family" "$model" "$precision"
+      QEMU_CPU=$cpu in_root /opt/row_probe "/models/$model/config.json" "$config" 8 20 >"$dir/$model-$precision.txt" 2>&1 || true
+      tail -1 "$dir/$model-$precision.txt"
+    done
+  done
+  # the kernels a short generation runs (int4, precision low as mnn-engine's default), first use each
+  QEMU_CPU=$cpu QEMU_GDB=$GDB_PORT in_root /opt/row_probe /models/smollm2-135m/config.json \
+    '{"batch_independent_rows": true, "thread_num": 1}' 4 8 >/dev/null 2>&1 &
+  for _ in $(seq 120); do ss -ltn | grep -q ":$GDB_PORT " && break; sleep 1; done
+  timeout 1800 gdb-multiarch -q -batch -ex "set sysroot $CHROOT" -ex "set pagination off" -ex "set confirm off" \
+    -ex "target remote :$GDB_PORT" -ex "catch load libMNN.so" -ex continue -x tools/arm/kernels_all.gdb \
+    "$CHROOT/opt/row_probe" 2>&1 | sed -nE 's/^([A-Za-z0-9_]+)( \+ [0-9]+)? in section .*/\1/p' >"$dir/kernels.txt" || true
+  wait || true
+  echo "$family kernels: $(tr '\n' ' ' <"$dir/kernels.txt")"
+done
+
+python3 - "$OUT" "${FAMILIES[@]}" <<'PY'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+summary = {}
+for family in sys.argv[2:]:
+    d = out / family
+    runs = {}
+    for f in sorted(d.glob("*-*.txt")):
+        lines = f.read_text().splitlines()
+        runs[f.stem] = {"first_diff": next((l for l in reversed(lines) if l.startswith("first_diff")), "no result"),
+                        "differing_ops": [l.split()[1] + " " + l.split()[2] for l in lines if " DIFF " in l]}
+    summary[family] = {"cpu": (d / "cpu.txt").read_text().splitlines()[0], "runs": runs,
+                       "kernels": (d / "kernels.txt").read_text().split()}
+(out / "summary.json").write_text(json.dumps(summary, indent=1))
+print(json.dumps({f: {k: v["first_diff"] for k, v in s["runs"].items()} for f, s in summary.items()}, indent=1))
+PY
