@@ -213,6 +213,7 @@ class Llm:
         self._state_lock = threading.RLock()
         self._template_lock = threading.Lock()
         self._users = 0
+        self._generating_thread: int | None = None  # the thread inside the native loop (its callbacks run there)
         self._users_cond = threading.Condition()
         self._vocab_size = 0
         self._context_limit = DEFAULT_CONTEXT
@@ -352,8 +353,13 @@ class Llm:
 
     def close(self) -> None:
         """Free the model. Safe to call twice, and while nothing is loaded. A
-        running generation is cancelled and finishes its token first. (Not
-        from inside a generation's own callback: that would wait forever.)"""
+        running generation is cancelled and finishes its token first. From
+        inside a generation's own callback it raises ``invalid_argument``: it
+        would wait for that generation to end, which waits for the callback."""
+        if self._generating_thread == threading.get_ident():
+            raise MnnEngineError("invalid_argument", f"{self.model_dir.name}: close() was called from inside this "
+                                 "model's own generation callback, which close would wait for forever: close the "
+                                 "model after the generation returns")
         with self._state_lock:
             with self._users_cond:
                 core, self._core = self._core, None
@@ -700,7 +706,11 @@ class Llm:
                 settings.reuse = (self.prompt_cache if config.cache_prompt is None else config.cache_prompt) \
                     and not with_media
                 settings.whole_prefill = with_media
-                outcome = run.core.generate(ids, settings, callback, constraint)
+                self._generating_thread = threading.get_ident()
+                try:
+                    outcome = run.core.generate(ids, settings, callback, constraint)
+                finally:
+                    self._generating_thread = None
                 if with_media and outcome.prompt_tokens:  # its prefill took the embeddings
                     self._media_pending = False
                 if with_media:

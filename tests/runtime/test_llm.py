@@ -497,6 +497,31 @@ def test_close_is_idempotent_and_final():
     llm.close()
 
 
+
+def test_close_from_inside_its_own_generation_callback_is_refused_not_a_hang():
+    llm = Llm(test_model_dir("tiny-scripted"), thread_num=1).load()
+    refused = []
+
+    def callback(piece):
+        try:
+            llm.close()  # waits for this generation, which waits for this callback: refused at once
+        except MnnEngineError as exc:
+            refused.append(exc)
+
+    done = []
+    worker = threading.Thread(target=lambda: done.append(
+        llm.generate([{"role": "user", "content": "x"}], temperature=0, callback=callback)))
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "close() inside the callback hung"
+    assert refused and all(e.code == "invalid_argument" and "callback" in e.message for e in refused)
+    assert done[0].text == SCRIPTED_TEXT  # the generation went on and the model is still loaded
+    llm.close()  # after the generation returned: closes
+    with pytest.raises(MnnEngineError) as err:
+        llm.generate("hi")
+    assert err.value.code == "model_not_loaded"
+
+
 # ---------------------------------------------------------------- process-level behaviour
 def _python(code: str, cwd: str = "/") -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)

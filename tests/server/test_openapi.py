@@ -102,3 +102,16 @@ def test_fuzzed_requests_get_documented_answers(api, operation, mode):
                                checks=[not_a_server_error, status_code_conformance, content_type_conformance])
 
     check()
+
+
+def test_a_preflight_of_every_documented_route_is_a_204(api, caplog):
+    """OPTIONS skips auth (a browser's preflight carries no key), so it must
+    answer every route alike: routes with a path parameter (``/v1/models/{model}``,
+    ``/static/{name}``) pass it by name, and a handler that took positional
+    arguments only answered 500 with two tracebacks per request."""
+    for path in openapi_spec()["paths"]:
+        concrete = re.sub(r"\{\w+\}", "x", path)
+        status, _, body = api.request("OPTIONS", concrete, headers={
+            "Origin": f"http://{api.host}:{api.port}", "Access-Control-Request-Method": "GET"})
+        assert status == 204, (path, status, body[:200])
+    assert "Traceback" not in caplog.text
