@@ -16,8 +16,17 @@ from ..engine.engine import Engine
 from ..errors import MnnEngineError
 from ..runtime.generation import GenerationResult
 from ..store.models import ModelStore
-from .common import add_load_options, add_pull_options, add_sampling, add_url_option, load_overrides, pull_if_missing
+from .common import (
+    add_load_options,
+    add_pull_options,
+    add_raw_output_option,
+    add_sampling,
+    add_url_option,
+    load_overrides,
+    pull_if_missing,
+)
 from .remote import RemoteEngine
+from .terminal import text_writer
 
 HELP = """commands:
   /help           this list
@@ -173,10 +182,7 @@ def _chat(args: argparse.Namespace) -> int:
         print(shown, file=sys.stderr)
         print("Type a message; /help lists the commands, Ctrl-C stops an answer, Ctrl-D quits.", file=sys.stderr)
 
-        def write(piece: str) -> None:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-
+        write = text_writer(sys.stdout, raw=args.raw_output)
         while True:
             try:
                 text = input("you> ")
@@ -216,4 +222,5 @@ def add_commands(commands: Any) -> None:
     add_load_options(p)
     add_sampling(p, max_tokens=1024)
     add_pull_options(p)
+    add_raw_output_option(p)
     p.set_defaults(func=_chat)

@@ -174,3 +174,10 @@ def command(group: Any, name: str, func: Callable[[argparse.Namespace], int], he
         p.add_argument("--json", action="store_true")
     p.set_defaults(func=func)
     return p
+
+
+def add_raw_output_option(parser: argparse.ArgumentParser) -> None:
+    """``--raw-output``: a model's text to the terminal as it came (``cli.terminal``)."""
+    parser.add_argument("--raw-output", action="store_true",
+                        help="write the model's text to the terminal as it came, control sequences included "
+                             "(by default a terminal is shown them as \\x1b ...)")

@@ -19,12 +19,14 @@ from ..store.models import ModelStore
 from .common import (
     add_load_options,
     add_pull_options,
+    add_raw_output_option,
     add_sampling,
     add_url_option,
     load_overrides,
     pull_if_missing,
 )
 from .remote import RemoteEngine
+from .terminal import text_writer
 
 
 def _response_format(args: argparse.Namespace) -> dict[str, Any]:
@@ -72,10 +74,7 @@ def _generate(args: argparse.Namespace) -> int:
     images = _images(args)
     prompt: Any = args.prompt if args.raw else _image_prompt(args.prompt, images, bool(args.url))
 
-    def write(piece: str) -> None:
-        sys.stdout.write(piece)
-        sys.stdout.flush()
-
+    write = text_writer(sys.stdout, raw=args.raw_output)
     if args.url:
         engine: Any = RemoteEngine(args.url, args.model, api_key=config.api_key())
     else:
@@ -147,5 +146,6 @@ def add_commands(commands: Any) -> None:
     add_sampling(p, max_tokens=256)
     add_load_options(p)
     add_pull_options(p)
+    add_raw_output_option(p)
     p.set_defaults(func=_generate)
 
