@@ -121,6 +121,9 @@ class _Slot:
     last_used: float = 0.0
     expires: float = NEVER  # time.monotonic() deadline once idle
     keep_forever: bool = False  # the preloaded model: the default keep-alive does not apply
+    # unload() while leased: the holders' releases with the default keep-alive leave it expired (Ollama sets a
+    # request's own keep_alive when it acquires: a later request's lease clears this)
+    unload_pending: bool = False
     size_bytes: int = 0
     facts: ModelFacts | None = field(default=None, repr=False)
 
@@ -267,6 +270,7 @@ class ModelPool:
     def _lease(self, slot: _Slot) -> Lease:
         slot.users += 1
         slot.last_used = time.monotonic()
+        slot.unload_pending = False
         assert slot.engine is not None
         return Lease(self, slot, slot.engine)
 
@@ -366,7 +370,9 @@ class ModelPool:
             slot.users = max(0, slot.users - 1)
             slot.last_used = time.monotonic()
             if self._fixed is None:
-                if keep_alive is ...:
+                if keep_alive is ... and slot.unload_pending:
+                    keep_alive = 0.0  # an explicit unload wins over a default release
+                elif keep_alive is ...:
                     keep_alive = None if slot.keep_forever else self.keep_alive
                 else:
                     slot.keep_forever = False  # a request said how long: the preloaded model follows it too
@@ -404,6 +410,7 @@ class ModelPool:
                     return
                 slot.keep_forever, slot.expires = False, time.monotonic()
                 if slot.users:
+                    slot.unload_pending = True
                     self._cond.notify_all()
                     return
                 slot.state = "unloading"

@@ -4,6 +4,7 @@ the memory budget, leases that hold a model, and Ollama's keep_alive."""
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 from hypothesis import given
@@ -125,6 +126,32 @@ def test_a_lease_holds_its_model_and_a_load_that_needs_its_room_waits_then_is_bu
     finally:
         pool.close()
     assert pool.loaded_engines() == []
+
+
+def test_an_unload_while_leased_is_not_undone_by_the_default_release(store):
+    """keep_alive 0 on a model another request holds (Ollama: done_reason
+    "unload") unloads it when that request ends, although that request's
+    release asks for the default keep-alive; a request that leases it
+    afterwards brings the default back, as Ollama sets keep_alive at acquire."""
+    pool = ModelPool(store, defaults={"threads": 1}, keep_alive=300)
+    try:
+        holder = pool.acquire("scripted")
+        pool.unload("scripted")  # returns at once: the model is leased
+        assert [name for name, _ in pool.loaded_engines()] == ["scripted"]
+        holder.release()  # the default keep-alive (300 s) must not win
+        deadline = time.monotonic() + 30
+        while pool.loaded_engines() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert pool.loaded_engines() == []
+        first = pool.acquire("scripted")
+        pool.unload("scripted")
+        second = pool.acquire("scripted")  # a later request: its own (default) keep-alive
+        first.release()
+        second.release()
+        time.sleep(0.5)
+        assert [name for name, _ in pool.loaded_engines()] == ["scripted"]
+    finally:
+        pool.close()
 
 
 def test_names_resolve_as_clients_write_them(store):
