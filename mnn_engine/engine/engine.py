@@ -323,12 +323,14 @@ class Engine:
                 llm = Llm(path, prompt_cache=opts.prompt_cache, speculative=opts.speculative,
                           draft_tokens=opts.draft_tokens, **opts.mnn_config(cache_dir))
                 llm.load()  # includes the warm-up forward
-            except MnnEngineError as exc:
+            except BaseException as exc:  # an OSError or Ctrl-C too: the lock goes back, the engine is unloaded
                 if lock is not None:
                     lock.release()
-                self._record_error(exc)
+                error = exc if isinstance(exc, MnnEngineError) else MnnEngineError(
+                    "internal_error", f"loading {model_id or path} failed: {exc!r}")
+                self._record_error(error)
                 self._update(model_id=None, model_path=None, options=None)
-                self._set_model_state("unloaded", error=exc.code)
+                self._set_model_state("unloaded", error=error.code)
                 raise
             self._update(llm=llm, model_lock=lock)
             self._set_model_state("loaded")

@@ -178,6 +178,28 @@ def test_one_generation_at_a_time(engine):
     assert engine.snapshot()["generation"]["state"] == "idle"
 
 
+@pytest.mark.parametrize("failure", [OSError(28, "No space left on device"), KeyboardInterrupt()])
+def test_a_load_that_fails_otherwise_gives_the_model_back(engine, monkeypatch, failure):
+    """Not only an MnnEngineError: an OSError while the mmap cache is
+    prepared, or Ctrl-C during the load, leaves the engine unloaded and the
+    model's cross-process lock released (other processes may delete it)."""
+    def fail(*_args):
+        raise failure
+
+    monkeypatch.setattr(engine.store, "prepared_cache", fail)
+    with pytest.raises(type(failure)):
+        engine.load("scripted", threads=1)
+    snap = engine.snapshot()
+    assert snap["model"]["state"] == "unloaded" and snap["model"]["id"] is None
+    assert snap["last_error"]["code"] == "internal_error"
+    assert not engine.store.in_use("scripted")
+    with engine.store.changing("scripted", "rename"):  # the exclusive lock another process would take
+        pass
+    monkeypatch.undo()
+    engine.load("scripted", threads=1)  # and it loads again
+    assert engine.snapshot()["model"]["state"] == "loaded"
+
+
 def test_generation_failure_unloads_the_model(engine):
     engine.load("scripted", threads=1)
     events = []
