@@ -162,16 +162,22 @@ async def _start(models: ServedModels, settings: ServerSettings,
     except MnnEngineError:
         models.set_server_state("stopped")
         raise
-    ctx = ServerContext(models, settings=settings, metrics=Metrics(models))
-    ctx.queue = GenerationQueue(models, settings.queue, settings.queue_timeout,
-                                on_timeout=ctx.metrics.queue_timeouts.inc)
-    ctx.metrics.queue = ctx.queue
-    ctx.events = EventFanout(models.events, asyncio.get_running_loop())
-    limit = connection_limit()
-    http = ApiHTTPServer(make_app(ctx), limit=limit, per_client=max(4, limit // PER_CLIENT_SHARE),
-                         body_limit=settings.max_body_bytes)
-    listeners = [Listener(sock, http) for sock in sockets]
-    url = _url(sockets, settings.host)
+    try:
+        ctx = ServerContext(models, settings=settings, metrics=Metrics(models))
+        ctx.queue = GenerationQueue(models, settings.queue, settings.queue_timeout,
+                                    on_timeout=ctx.metrics.queue_timeouts.inc)
+        ctx.metrics.queue = ctx.queue
+        ctx.events = EventFanout(models.events, asyncio.get_running_loop())
+        limit = connection_limit()
+        http = ApiHTTPServer(make_app(ctx), limit=limit, per_client=max(4, limit // PER_CLIENT_SHARE),
+                             body_limit=settings.max_body_bytes)
+        listeners = [Listener(sock, http) for sock in sockets]
+        url = _url(sockets, settings.host)
+    except BaseException:  # a failure after the bind: the sockets go, and the state says stopped, not starting
+        for sock in sockets:
+            sock.close()
+        models.set_server_state("stopped")
+        raise
     models.set_server_state("running", url)
     log.info("serving %s at %s", models.default_name if not models.switching else "the store", url)
     return RunningServer(ctx, http, url, asyncio.get_running_loop(), listeners, stopped=asyncio.Event())

@@ -361,6 +361,36 @@ def test_server_needs_a_model_and_a_free_port(tmp_path, scripted_server):
         engine.close()
 
 
+def test_a_failure_after_the_bind_leaves_the_server_stopped_and_the_port_free(tmp_path, monkeypatch):
+    from mnn_engine.server import runner
+
+    engine = Engine(ModelStore(tmp_path))
+    try:
+        engine.load(str(test_model_dir("tiny-scripted")), threads=1)
+        bound = {}
+        real_bind = runner.bind
+
+        def bind(host, port):
+            bound["sockets"] = real_bind(host, port)
+            return bound["sockets"]
+
+        def broken_metrics(_models):
+            raise RuntimeError("metrics could not start")
+
+        monkeypatch.setattr(runner, "bind", bind)
+        monkeypatch.setattr(runner, "Metrics", broken_metrics)
+        with pytest.raises(RuntimeError):
+            engine.start_server(port=0)
+        assert engine.snapshot()["server"]["state"] == "stopped"  # not stuck at "starting"
+        assert all(sock.fileno() == -1 for sock in bound["sockets"])  # the listening sockets were closed
+        monkeypatch.undo()
+        url = engine.start_server(port=0)  # and it starts
+        assert engine.snapshot()["server"]["state"] == "running" and url.startswith("http://")
+        engine.stop_server()
+    finally:
+        engine.close()
+
+
 def test_generation_failure_unloads_and_the_server_says_so(tmp_path):
     live = Live(tmp_path, "tiny-scripted")
     try:
