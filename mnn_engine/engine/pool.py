@@ -332,10 +332,12 @@ class ModelPool:
         return too_many or too_big
 
     def _size(self, slot: _Slot) -> int:
-        """A slot's weights on disk (read once; the loaded ones' were read before their load)."""
-        if not slot.size_bytes and slot.model_id is not None:
+        """A slot's weights on disk, a store model's or a directory's (read
+        once; the loaded ones' were read before their load)."""
+        if not slot.size_bytes:
             with contextlib.suppress(MnnEngineError, OSError):
-                slot.size_bytes = self.store.get(slot.model_id).size_bytes
+                slot.size_bytes = self.store.get(slot.model_id).size_bytes if slot.model_id is not None \
+                    else _directory_bytes(Path(slot.target))
         return slot.size_bytes
 
     def _load(self, slot: _Slot, overrides: Mapping[str, Any] | None = None) -> Lease:
@@ -509,7 +511,7 @@ class ModelPool:
                 path, size, created = Path(info.path), info.size_bytes, info.created
             else:
                 path = Path(slot.target)
-                size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+                size = _directory_bytes(path)
                 created = path.stat().st_mtime
             config = read_config(path / CONFIG_NAME)
             kind = model_kind(model_files(path / CONFIG_NAME, config)["llm_model"])
@@ -631,6 +633,11 @@ class ModelPool:
         if self._fixed is not None:
             return self._fixed.pull(spec, **options)
         return pull_with_events(self.store, self.events, spec, **options)
+
+
+def _directory_bytes(path: Path) -> int:
+    """What a model directory's files take on disk (its top level: MNN's files are there)."""
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
 
 
 def check_keep_alive(seconds: Any) -> float | None:

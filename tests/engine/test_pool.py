@@ -110,6 +110,18 @@ def test_the_memory_budget_evicts_even_below_max_loaded(store):
         pool.close()
 
 
+def test_a_model_preloaded_by_directory_counts_against_the_memory_budget_at_once(store):
+    directory = test_model_dir("tiny-scripted")
+    size = sum(f.stat().st_size for f in directory.iterdir() if f.is_file())
+    pool = ModelPool(store, defaults={"threads": 1}, max_loaded=3, keep_alive=None, memory_budget=size + 1)
+    try:
+        name = pool.preload(str(directory))  # no facts read yet: its size must count all the same
+        pool.acquire("tiny").release()
+        assert [loaded for loaded, _ in pool.loaded_engines()] == ["tiny"], f"{name} should have made room"
+    finally:
+        pool.close()
+
+
 def test_a_lease_holds_its_model_and_a_load_that_needs_its_room_waits_then_is_busy(store):
     pool = ModelPool(store, defaults={"threads": 1}, max_loaded=1, keep_alive=None)
     try:
