@@ -40,6 +40,9 @@ MANIFEST_FORMAT = "mnn-engine-manifest/1"
 USER_AGENT = f"mnn-engine/{__version__}"
 #: the largest listing or manifest read
 MAX_LISTING_BYTES = 16 << 20
+#: the most a listing (one JSON answer: a manifest, a tree page) may take to arrive, whatever its rate: a host
+#: that answers a byte a second would otherwise hold a pull worker for as long as it likes
+LISTING_DEADLINE_S = 60.0
 #: a listed path's longest, and its components' (ext4's NAME_MAX)
 MAX_PATH, MAX_NAME = 1024, 255
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -287,6 +290,24 @@ def _read_json(url: str, headers: dict[str, str], what: str, source: str,
 _NEXT_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
 
 
+def _read_listing(response: Any, what: str) -> bytes:
+    """A listing's bytes, at most ``MAX_LISTING_BYTES`` + 1, within
+    ``LISTING_DEADLINE_S`` (each read still waits at most the socket's timeout)."""
+    deadline = time.monotonic() + LISTING_DEADLINE_S
+    chunks: list[bytes] = []
+    size = 0
+    while size <= MAX_LISTING_BYTES:
+        chunk = response.read1(min(65536, MAX_LISTING_BYTES + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if time.monotonic() > deadline:
+            raise MnnEngineError("pull_failed", f"{what}: the source sent {size} bytes in {LISTING_DEADLINE_S:.0f} s "
+                                 "and had not finished (a listing must arrive within that)")
+    return b"".join(chunks)
+
+
 def _read_json_page(url: str, headers: dict[str, str], what: str, source: str,
                     policy: UrlPolicy = DEFAULT_POLICY, retry: Retry | None = None) -> tuple[Any, str | None]:
     """An answer's JSON and the URL of its next page (``Link: <...>; rel="next"``, GitHub's format, which
@@ -296,7 +317,7 @@ def _read_json_page(url: str, headers: dict[str, str], what: str, source: str,
     while True:  # a dropped connection is tried again too, as an HTTP 5xx is by open_url
         try:
             with open_url(url, headers, what=what, source=source, policy=policy, retry=retry) as response:
-                data = response.read(MAX_LISTING_BYTES + 1)
+                data = _read_listing(response, what)
                 link = _NEXT_LINK.search(response.headers.get("Link") or "")
             break
         except MnnEngineError:

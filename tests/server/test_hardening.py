@@ -493,3 +493,43 @@ def test_sigterm_ends_the_server_while_a_pull_trickles(tmp_path, hub, small_repo
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_manifest_host_that_trickles_is_given_up_at_the_listing_deadline(tmp_path, monkeypatch):
+    """A host that answers 200 and then a byte at a time held a pull worker
+    for as long as it liked (only the per-read timeout applied): a listing
+    must arrive within LISTING_DEADLINE_S, whatever its rate."""
+    import http.server
+    import threading
+    import time
+
+    from mnn_engine.hub import sources
+
+    class Trickle(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            try:
+                for byte in b'{"files": [' + b" " * 1000:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.05)
+            except OSError:
+                pass  # the client gave up
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(sources, "LISTING_DEADLINE_S", 0.5)
+    started = time.monotonic()
+    try:
+        with pytest.raises(MnnEngineError) as err:
+            ModelStore(tmp_path).pull(f"http://127.0.0.1:{server.server_address[1]}/manifests/m.json",
+                                      backoff=(0.01,))
+    finally:
+        server.shutdown()
+    assert err.value.code == "pull_failed" and "had not finished" in err.value.message
+    assert time.monotonic() - started < 10
