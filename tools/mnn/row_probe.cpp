@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -164,18 +165,25 @@ int main(int argc, char** argv) {
     std::vector<int> batch(ids.begin() + promptTokens, ids.begin() + promptTokens + batchSize);
     auto a = run(llm.get(), &rec, prompt, alone);
     auto b = run(llm.get(), &rec, prompt, batch);
-    if (a.size() != b.size()) {
-        std::printf("op counts differ: %zu alone, %zu batched (the graphs differ: compare by hand)\n", a.size(), b.size());
-    }
+    // MNN runs another module (and op sequence) per row count: ops are matched
+    // by name and occurrence, not by position
+    std::map<std::string, std::vector<const Captured*>> byName;
+    for (const auto& op : b) byName[op.name].push_back(&op);
+    std::map<std::string, size_t> seen;
     long first = -1;
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    for (size_t i = 0; i < a.size(); ++i) {
+        const Captured* other = nullptr;
+        auto found = byName.find(a[i].name);
+        size_t k = seen[a[i].name]++;
+        if (found != byName.end() && k < found->second.size()) other = found->second[k];
         double maxAbs = 0;
-        int c = compare(a[i], b[i], &maxAbs);
+        int c = other == nullptr ? -1 : compare(a[i], *other, &maxAbs);
         const char* verdict = c == 0 ? "same" : c > 0 ? "DIFF" : "unmatched";
         if (c > 0 && first < 0) first = static_cast<long>(i);
         std::printf("%zu %s %s %s %s %s %.3g\n", i, a[i].type.c_str(), a[i].name.c_str(), shapeText(a[i].shape).c_str(),
-                    shapeText(b[i].shape).c_str(), verdict, maxAbs);
+                    other ? shapeText(other->shape).c_str() : "-", verdict, maxAbs);
     }
+    std::printf("ops %zu alone, %zu batched\n", a.size(), b.size());
     if (first < 0) {
         std::printf("first_diff none\n");
     } else {
