@@ -19,7 +19,7 @@ def _cli(blocked: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_serve_without_tornado_says_how_to_finish(tmp_path):
-    out = _cli("tornado", "serve", str(tmp_path / "no-model"), "--port", "0")
+    out = _cli("tornado", "serve", str(tmp_path / "no-model"), "--port", "18765")
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr
     assert "error: [dependency_missing]" in out.stderr and "'tornado'" in out.stderr
@@ -27,7 +27,12 @@ def test_serve_without_tornado_says_how_to_finish(tmp_path):
 
 
 def test_the_requirements_come_from_the_installed_metadata():
-    assert runtime_requirements() == ["tornado>=6.3", "prometheus-client>=0.17"]
+    import tomllib
+
+    from support import REPO
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert runtime_requirements() == declared == ["tornado>=6.3", "prometheus-client>=0.17"]
     assert check_installed() is None
 
 

@@ -37,7 +37,7 @@ termux_setup_toolchain {tmp_path}
 unset CMAKE_C_COMPILER_LAUNCHER CMAKE_CXX_COMPILER_LAUNCHER
 TERMUX_PKG_SRCDIR={MNN_SOURCE} TERMUX_PKG_BUILDDIR={tmp_path}/build TERMUX_PKG_BUILDER_DIR={RECIPE}
 . {RECIPE}/build.sh
-{drops}termux_step_pre_configure
+{drops}if declare -F termux_step_pre_configure >/dev/null; then termux_step_pre_configure; fi
 mkdir -p "$TERMUX_PKG_BUILDDIR" && cd "$TERMUX_PKG_BUILDDIR"
 termux_step_configure_cmake
 """

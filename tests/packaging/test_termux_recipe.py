@@ -35,7 +35,7 @@ def test_recipe_passes_the_lint_rules():
 @pytest.mark.parametrize(("edit", "problem"), [
     (lambda s: s.replace("\tlocal wheel", "    local wheel"), "indent with tabs"),
     (lambda s: s.replace('TERMUX_PKG_DESCRIPTION="', 'TERMUX_PKG_DESCRIPTION="' + "x" * 100), "longer than 100"),
-    (lambda s: s.replace('TERMUX_PKG_LICENSE="Apache-2.0"', 'TERMUX_PKG_LICENSE="Apache2"'), "unknown licence"),
+    (lambda s: s.replace('TERMUX_PKG_LICENSE="Apache-2.0,', 'TERMUX_PKG_LICENSE="Apache2,'), "unknown licence"),
     (lambda s: s.replace("TERMUX_PKG_AUTO_UPDATE=false", "TERMUX_PKG_AUTO_UPDATE=no"), "true or false"),
     (lambda s: re.sub(r"TERMUX_PKG_SHA256=\w+", "TERMUX_PKG_SHA256=abc", s), "malformed SHA-256"),
     (lambda s: s.replace("TERMUX_PKG_SRCURL=https://", "TERMUX_PKG_SRCURL=http://"), "neither https"),
@@ -208,7 +208,10 @@ def test_the_postinst_says_how_to_finish_when_pip_failed(tmp_path):
 set -euo pipefail
 . {REPO / 'tools/termux/package_steps.sh'}
 termux_error_exit() {{ echo "$*" >&2; exit 1; }}
+TERMUX_PKG_TMPDIR={tmp_path}
+set +u  # a recipe reads termux-packages' variables, not all of which are set here
 . {RECIPE / 'build.sh'}
+set -u
 TERMUX_PREFIX={prefix} TERMUX_PYTHON_VERSION=3.11
 cd {debian} && termux_step_create_debscripts
 python_debscripts python-mnn-engine {debian} {tmp_path / 'site'}
@@ -231,7 +234,10 @@ def _install_license(tmp_path, recipe, srcdir, **env):
 set -euo pipefail
 . {REPO / 'tools/termux/package_steps.sh'}
 termux_error_exit() {{ echo "$*" >&2; exit 1; }}
+TERMUX_PKG_TMPDIR={tmp_path}
+set +u
 . {recipe / 'build.sh'}
+set -u
 TERMUX_PREFIX={tmp_path}/usr TERMUX_PKG_NAME={recipe.name} TERMUX_PKG_SRCDIR={srcdir}
 {' '.join(f'{k}={v!r}' for k, v in env.items())}
 termux_step_install_license

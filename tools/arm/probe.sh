@@ -33,7 +33,9 @@ arm_qemu
 trap arm_root_unmount EXIT
 # shellcheck disable=SC2119  # no extra mounts
 arm_root_mount
-in_root() { chroot "$CHROOT" /usr/bin/env -i HOME=/root PATH="$VENV/bin:/usr/bin:/bin" "$@"; }
+# QEMU_CPU goes inside env -i: each exec starts a new qemu, which reads it from the environment
+in_root() { chroot "$CHROOT" /usr/bin/env -i HOME=/root PATH="$VENV/bin:/usr/bin:/bin" ${QEMU_CPU:+QEMU_CPU=$QEMU_CPU} \
+  ${QEMU_GDB:+QEMU_GDB=$QEMU_GDB} "$@"; }
 
 wheel=$(ls "$CACHE"/cross-source/dist/mnn_engine-*linux_aarch64.whl 2>/dev/null || true)
 [ -n "$wheel" ] || { mkdir -p "$OUT"; wheel=$(arm_cross_wheel "$OUT/cross-build.log"); }
