@@ -33,9 +33,10 @@ arm_qemu
 trap arm_root_unmount EXIT
 # shellcheck disable=SC2119  # no extra mounts
 arm_root_mount
-# QEMU_CPU goes inside env -i: each exec starts a new qemu, which reads it from the environment
+# QEMU_CPU goes inside env -i: each exec starts a new qemu, which reads it from the environment;
+# PROBE_GDB becomes the program's QEMU_GDB (not env's: env would wait for the debugger itself)
 in_root() { chroot "$CHROOT" /usr/bin/env -i HOME=/root PATH="$VENV/bin:/usr/bin:/bin" ${QEMU_CPU:+QEMU_CPU=$QEMU_CPU} \
-  ${QEMU_GDB:+QEMU_GDB=$QEMU_GDB} "$@"; }
+  ${PROBE_GDB:+QEMU_GDB=$PROBE_GDB} "$@"; }
 
 wheel=$(ls "$CACHE"/cross-source/dist/mnn_engine-*linux_aarch64.whl 2>/dev/null || true)
 [ -n "$wheel" ] || { mkdir -p "$OUT"; wheel=$(arm_cross_wheel "$OUT/cross-build.log"); }
@@ -50,6 +51,15 @@ for model in tiny smollm2-135m; do
   [ -d "$CHROOT/models/$model" ] || cp -r "$MODELS/$model" "$CHROOT/models/"
 done
 command -v gdb-multiarch >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q gdb-multiarch >/dev/null
+mkdir -p "$OUT"
+mapfile -t KERNELS < <(nm --defined-only "$libdir/libMNN.so" | awk '$2 ~ /^[tT]$/ {print $3}' |
+  grep -E '^(MNN|_MNN|Arm82|ARM82|DynamicQuan)[A-Za-z0-9_]*(Gemm|MatMul|Matmul|Quan)' | sort -u)
+{
+  printf 'break %s\n' "${KERNELS[@]}"
+  # shellcheck disable=SC2016  # $pc and $_hit_bpnum are gdb's
+  printf 'commands 2-%d\nsilent\ninfo symbol $pc\ndisable $_hit_bpnum\ncontinue\nend\ncontinue\nquit\n' \
+    "$((${#KERNELS[@]} + 1))"
+} >"$OUT/kernels.gdb"
 
 for family in "${FAMILIES[@]}"; do
   cpu=${CPU[$family]:?unknown family $family (neon, armv82, i8mm, sme2)}
@@ -65,12 +75,14 @@ for family in "${FAMILIES[@]}"; do
       tail -1 "$dir/$model-$precision.txt"
     done
   done
-  # the kernels a short generation runs (int4, precision low as mnn-engine's default), first use each
-  QEMU_CPU=$cpu QEMU_GDB=$GDB_PORT in_root /opt/row_probe /models/smollm2-135m/config.json \
+  # the kernels a short generation runs (int4, precision low as mnn-engine's default), first use each:
+  # a breakpoint on every MNN GEMM, matmul and dynamic-quantisation kernel of the library's .symtab (our
+  # build does not strip it), each printing its name once and disabling itself
+  QEMU_CPU=$cpu PROBE_GDB=$GDB_PORT in_root /opt/row_probe /models/smollm2-135m/config.json \
     '{"batch_independent_rows": true, "thread_num": 1}' 4 8 >/dev/null 2>&1 &
   for _ in $(seq 120); do ss -ltn | grep -q ":$GDB_PORT " && break; sleep 1; done
   timeout 1800 gdb-multiarch -q -batch -ex "set sysroot $CHROOT" -ex "set pagination off" -ex "set confirm off" \
-    -ex "target remote :$GDB_PORT" -ex "catch load libMNN.so" -ex continue -x tools/arm/kernels_all.gdb \
+    -ex "target remote :$GDB_PORT" -ex "catch load libMNN.so" -ex continue -x "$OUT/kernels.gdb" \
     "$CHROOT/opt/row_probe" 2>&1 | sed -nE 's/^([A-Za-z0-9_]+)( \+ [0-9]+)? in section .*/\1/p' >"$dir/kernels.txt" || true
   wait || true
   echo "$family kernels: $(tr '\n' ' ' <"$dir/kernels.txt")"
