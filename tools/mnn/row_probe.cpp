@@ -1,6 +1,6 @@
 // Which of MNN's ops give a token a different result alone than inside a batch.
 //
-//   row_probe CONFIG.json [MNN_CONFIG_JSON] [BATCH] [PROMPT_TOKENS]
+//   row_probe CONFIG.json [MNN_CONFIG_JSON] [BATCH] [PROMPT_TOKENS] [first|last]
 //
 // Loads the model with MNN's debug mode (a callback after every op), prefills
 // PROMPT_TOKENS tokens (default 20) of a fixed text, then runs one forward of
@@ -14,7 +14,11 @@
 // and a last line "first_diff INDEX TYPE NAME" (or "first_diff none"). The
 // ops that differ name the kernels to look at (tools/arm/kernels.gdb tells
 // which ARM kernels ran). MNN_CONFIG_JSON is merged into the model's config
-// (e.g. {"batch_independent_rows": true, "precision": "low"}).
+// (e.g. {"batch_independent_rows": true, "precision": "low"}). With "last",
+// the token compared is the batch's last one: computed alone after the
+// prompt and the batch's other tokens, against the batch's last row (then a
+// row sees the same keys in both; with "first" the batch's row also has the
+// masked keys of the tokens after it).
 //
 // Built by tools/mnn/build_row_probe.sh against a libMNN and its headers;
 // used on x86 natively and on aarch64 under qemu (tools/arm/probe.sh).
@@ -80,7 +84,7 @@ std::string shapeText(const std::vector<int>& s) {
 
 // Compare the lone output with the same extent of the batched one. Returns
 // -1 if the shapes do not nest, 0 if identical, 1 if they differ.
-int compare(const Captured& alone, const Captured& batch, double* maxAbs) {
+int compare(const Captured& alone, const Captured& batch, bool last, double* maxAbs) {
     *maxAbs = 0;
     if (alone.shape.size() != batch.shape.size() || alone.elementBytes != batch.elementBytes ||
         alone.data.empty() || batch.data.empty()) {
@@ -90,7 +94,8 @@ int compare(const Captured& alone, const Captured& batch, double* maxAbs) {
     for (size_t d = 0; d < dims; ++d) {
         if (alone.shape[d] > batch.shape[d]) return -1;
     }
-    std::vector<size_t> strideA(dims + 1, 1), strideB(dims + 1, 1);
+    std::vector<size_t> strideA(dims + 1, 1), strideB(dims + 1, 1), offset(dims, 0);
+    for (size_t d = 0; d < dims && last; ++d) offset[d] = batch.shape[d] - alone.shape[d];
     for (size_t d = dims; d-- > 0;) {
         strideA[d] = strideA[d + 1] * alone.shape[d];
         strideB[d] = strideB[d + 1] * batch.shape[d];
@@ -103,7 +108,7 @@ int compare(const Captured& alone, const Captured& batch, double* maxAbs) {
         for (size_t d = 0; d < dims; ++d) {
             size_t index = rest / strideA[d + 1];
             rest %= strideA[d + 1];
-            j += index * strideB[d + 1];
+            j += (index + offset[d]) * strideB[d + 1];
         }
         const unsigned char* a = alone.data.data() + i * eb;
         const unsigned char* b = batch.data.data() + j * eb;
@@ -141,6 +146,7 @@ int main(int argc, char** argv) {
     const std::string extra = argc > 2 ? argv[2] : "{}";
     const int batchSize = argc > 3 ? std::atoi(argv[3]) : 8;
     const int promptTokens = argc > 4 ? std::atoi(argv[4]) : 20;
+    const bool last = argc > 5 && std::string(argv[5]) == "last";
     std::unique_ptr<Llm> llm(Llm::createLLM(argv[1]));
     llm->set_config("{\"enable_debug\": true, \"all_logits\": true}");
     llm->set_config(extra);
@@ -161,9 +167,11 @@ int main(int argc, char** argv) {
         return 1;
     }
     std::vector<int> prompt(ids.begin(), ids.begin() + promptTokens);
-    std::vector<int> alone(ids.begin() + promptTokens, ids.begin() + promptTokens + 1);
     std::vector<int> batch(ids.begin() + promptTokens, ids.begin() + promptTokens + batchSize);
-    auto a = run(llm.get(), &rec, prompt, alone);
+    const int lone = last ? promptTokens + batchSize - 1 : promptTokens;  // the compared token's position
+    std::vector<int> before(ids.begin(), ids.begin() + lone);
+    std::vector<int> alone(ids.begin() + lone, ids.begin() + lone + 1);
+    auto a = run(llm.get(), &rec, before, alone);
     auto b = run(llm.get(), &rec, prompt, batch);
     // MNN runs another module (and op sequence) per row count: ops are matched
     // by name and occurrence, not by position
@@ -177,7 +185,7 @@ int main(int argc, char** argv) {
         size_t k = seen[a[i].name]++;
         if (found != byName.end() && k < found->second.size()) other = found->second[k];
         double maxAbs = 0;
-        int c = other == nullptr ? -1 : compare(a[i], *other, &maxAbs);
+        int c = other == nullptr ? -1 : compare(a[i], *other, last, &maxAbs);
         const char* verdict = c == 0 ? "same" : c > 0 ? "DIFF" : "unmatched";
         if (c > 0 && first < 0) first = static_cast<long>(i);
         std::printf("%zu %s %s %s %s %s %.3g\n", i, a[i].type.c_str(), a[i].name.c_str(), shapeText(a[i].shape).c_str(),
