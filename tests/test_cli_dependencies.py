@@ -28,7 +28,6 @@ def test_serve_without_tornado_says_how_to_finish(tmp_path):
 
 def test_the_requirements_come_from_the_installed_metadata():
     import tomllib
-
     from support import REPO
 
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
