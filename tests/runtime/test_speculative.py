@@ -96,7 +96,7 @@ def test_the_loop_is_lossless_with_plain_decodings_logits(smol, prompt, sampling
     assert drafted.decode_steps + drafted.accepted_tokens >= drafted.completion_tokens - 1
 
 
-@pytest.mark.skipif(not MNN_BATCH_EXACT, reason="needs our patched MNN (patch 0002) where it is shown exact (tests/support.py)")
+@pytest.mark.skipif(not MNN_BATCH_EXACT, reason="needs patch 0002 where it is shown exact (tests/support.py)")
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.sampled_from(GROUNDED), _SAMPLING, st.integers(1, 7))
 def test_batched_verification_in_int4_is_plain_decoding(smol, prompt, sampling, draft_tokens):
