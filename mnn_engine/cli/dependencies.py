@@ -16,16 +16,15 @@ from importlib import metadata
 from ..errors import MnnEngineError
 
 DISTRIBUTION = "mnn-engine"
-# pyproject.toml's dependencies, for a source tree run without installed metadata
-FALLBACK_REQUIREMENTS = ("tornado>=6.3", "prometheus-client>=0.17")
 
 
 def runtime_requirements() -> list[str]:
-    """The distribution's requirements outside any extra, as pip takes them."""
+    """The distribution's requirements outside any extra, as pip takes them
+    (none known where mnn-engine runs without its metadata)."""
     try:
         declared = metadata.requires(DISTRIBUTION) or []
     except metadata.PackageNotFoundError:
-        return list(FALLBACK_REQUIREMENTS)
+        return []
     return [r.split(";")[0].replace(" ", "") for r in declared if "extra ==" not in r]
 
 
