@@ -2,8 +2,10 @@
 terminal: control sequences (clear screen, OSC 0 window title, OSC 52
 clipboard write, CSI 6n status report) are shown as visible escapes on a
 terminal, and kept as they came in a pipe or with ``--raw-output``. The
-hostile server here is a stand-in that answers as an OpenAI-compatible
-streaming server does (server-sent ``chat.completion.chunk`` events)."""
+hostile server is a stand-in that streams as OpenAI's API reference defines
+a streamed chat completion (``data:`` server-sent events of
+``chat.completion.chunk`` objects, then ``data: [DONE]``; openai-openapi's
+CreateChatCompletionStreamResponse), the format our own server sends."""
 
 from __future__ import annotations
 
