@@ -59,11 +59,32 @@ def cpu_kernel_features(cpuinfo: str | None = None) -> list[str]:
 
 
 def engine_identity() -> dict[str, Any]:
-    """What prepared (mmap-cached) weights depend on besides the model: the
-    engine build and the CPU features its kernels were chosen for."""
+    """What prepared (mmap-cached) weights and the load-time checks' verdicts
+    depend on besides the model: the engine build, the native files in use
+    (a rebuilt or swapped libMNN with the same version and commit, e.g. one
+    with another patch set, is another engine) and the CPU features its
+    kernels were chosen for."""
     info = build_info()
     build = {k: info[k] for k in ("mode", "mnn_version", "mnn_commit", "mnn_source", "compiler", "flags")}
-    return {"build": build, "cpu": cpu_kernel_features()}
+    return {"build": build, "libraries": native_library_stamps(), "cpu": cpu_kernel_features()}
+
+
+def native_library_stamps(maps: str | None = None) -> dict[str, list[Any]]:
+    """Path, size and modification time of the native files this process
+    runs MNN with: the ``_mnn`` extension and the ``libMNN.so`` it mapped
+    (none in a build that links MNN statically)."""
+    files = {"extension": Path(_mnn.__file__)}
+    directory = mapped_library_dir("libMNN.so", maps)
+    if directory is not None:
+        files["libMNN"] = directory / "libMNN.so"
+    stamps: dict[str, list[Any]] = {}
+    for key, path in files.items():
+        try:
+            info = path.stat()
+        except OSError:
+            continue
+        stamps[key] = [str(path.resolve()), info.st_size, info.st_mtime_ns]
+    return stamps
 
 
 def mapped_library_dir(name: str, maps: str | None = None) -> Path | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import _mnn
 from ..errors import MnnEngineError, invalid
-from . import media, structured
+from . import load_checks, media, structured
 from .build import load_backend_library
 from .embedding import EmbeddingInput, EmbeddingResult, embedding_inputs, template_wrap, vector_from
 from .first_touch import check_in_child
@@ -318,19 +318,40 @@ class Llm:
             self._restore_markup_tokens(core)
             self._max_token_bytes = max(1, core.max_token_bytes(self._vocab_size))
             self._exact_cuts = splits_exactly(core.tokenize)
-            self.verify_costs = []
-            self.batch_exact = self.kind == "chat" and _rows_batch_independent(core)
-            core.exact_reuse = self.batch_exact
-            self.speculative_default = self.speculative
-            if self.speculative == "auto":
-                # int4 low-memory weights: only where a batch's rows are a lone row's, bit for bit
-                low = config.get("memory", "low") == "low"
-                self.speculative_default = "ngram" if self.batch_exact or not low else "off"
-            if self.speculative_default == "ngram" and self.kind == "chat":
-                self._measure_verify_costs(core, self.draft_tokens)
+            self._run_load_checks(core, {**self.file_config, **overrides}, config.get("memory", "low") == "low")
             log.info("loaded %s (%s model, vocab %d, context %d)", self.config_path, self.kind, self._vocab_size,
                      self._context_limit)
             return self
+
+    def _run_load_checks(self, core: _mnn.LlmCore, mnn_config: dict[str, Any], low_memory: bool) -> None:
+        """Set ``batch_exact``, ``speculative_default`` and ``verify_costs``:
+        measured, or read from the prepared-weights directory where an earlier
+        load with the same model files, engine, CPU and config kept them
+        (``load_checks``). MNN then builds each verification length's module
+        when a generation first needs it (the loop keeps what MNN announces
+        about it out of stdout, for the log)."""
+        self.verify_costs = []
+        self.batch_exact = False
+        self.speculative_default = self.speculative
+        if self.kind != "chat":
+            return
+        cache_dir = Path(mnn_config["tmp_path"]) if isinstance(mnn_config.get("tmp_path"), str) else None
+        key = load_checks.checks_key(self.config_path, mnn_config, self.draft_tokens) if cache_dir else ""
+        kept = load_checks.read_checks(cache_dir, key) if cache_dir else None
+        self.batch_exact = kept["batch_exact"] if kept else _rows_batch_independent(core)
+        core.exact_reuse = self.batch_exact
+        if self.speculative == "auto":
+            # int4 low-memory weights: only where a batch's rows are a lone row's, bit for bit
+            self.speculative_default = "ngram" if self.batch_exact or not low_memory else "off"
+        kept_costs = kept["verify_costs"] if kept else []
+        if self.speculative_default == "ngram" and len(kept_costs) == self.draft_tokens + 1:
+            self.verify_costs = kept_costs
+            core.set_verify_costs(kept_costs)
+        elif self.speculative_default == "ngram":
+            self._measure_verify_costs(core, self.draft_tokens)
+        if cache_dir and (not kept or kept["batch_exact"] != self.batch_exact or
+                          (self.verify_costs and self.verify_costs != kept_costs)):
+            load_checks.write_checks(cache_dir, key, self.batch_exact, self.verify_costs or kept_costs)
 
     def _measure_verify_costs(self, core: _mnn.LlmCore, draft_tokens: int) -> None:
         """Time decode forwards over 1..draft_tokens+1 tokens (this also has
@@ -340,7 +361,10 @@ class Llm:
         ids = core.tokenize(_COST_PROBE_TEXT)
         with captured_native_output():
             times = core.forward_costs(ids, list(range(1, draft_tokens + 2)), 3)
-        self.verify_costs = [round(t / times[0], 4) for t in times] if times[0] > 0 else []
+        # A longer verification does all a shorter one does, and noise only adds time: so no length costs
+        # more than the least measured for any longer one (which also keeps the costs non-decreasing).
+        least = [min(times[i:]) for i in range(len(times))]
+        self.verify_costs = [round(t / least[0], 4) for t in least] if least and least[0] > 0 else []
         core.set_verify_costs(self.verify_costs)
         log.info("speculative decoding: verification costs %s", self.verify_costs)
 

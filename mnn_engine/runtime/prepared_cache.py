@@ -32,6 +32,18 @@ def default_path_cache(model_dir: Path) -> Path:
     return cache
 
 
+def model_stamp(config_path: Path) -> dict[str, list[int]]:
+    """Size and modification time of each of a model's files (its config
+    and what the config names), by role: what says the files changed."""
+    files = {"config": config_path, **model_files(config_path, read_config(config_path))}
+    stamp: dict[str, list[int]] = {}
+    for key, path in files.items():
+        with contextlib.suppress(OSError):
+            info = path.stat()
+            stamp[key] = [info.st_size, info.st_mtime_ns]
+    return stamp
+
+
 def prepare_cache(cache_dir: Path, model_dir: Path, engine: dict[str, Any] | None = None) -> None:
     """Make ``cache_dir`` fit for MNN's ``tmp_path``: its mmap cache holds the
     prepared weights, packed by one engine build for one CPU's kernels, so it
@@ -42,13 +54,7 @@ def prepare_cache(cache_dir: Path, model_dir: Path, engine: dict[str, Any] | Non
         from .build import engine_identity
 
         engine = engine_identity()
-    config_path = model_dir / CONFIG_NAME
-    files = {"config": config_path, **model_files(config_path, read_config(config_path))}
-    stamp: dict[str, Any] = {"engine": engine}
-    for key, path in files.items():
-        with contextlib.suppress(OSError):
-            info = path.stat()
-            stamp[key] = [info.st_size, info.st_mtime_ns]
+    stamp: dict[str, Any] = {"engine": engine, **model_stamp(model_dir / CONFIG_NAME)}
     stamp_file = cache_dir / "model-stamp.json"
     try:
         current = json.loads(stamp_file.read_text())

@@ -17,6 +17,8 @@ cdef class LlmCore:
     # speculative decoding: cost of a decode forward over L tokens relative to
     # one token, for L = 1..len-1 (index 0 unused); empty: not prepared
     cdef vector[double] _verify_cost
+    # decode-time forward lengths whose module MNN has built since load (flag by length)
+    cdef vector[char] _built_lengths
     cdef readonly str config_path
     #: a text-embedding model (MNN's Embedding): embed() instead of generate()
     cdef readonly cbool embedding
@@ -82,6 +84,7 @@ cdef class LlmCore:
         with nogil:
             ok = llm.load()
         self._loaded = ok
+        self._built_lengths.clear()
         return ok
 
     def close(self) -> None:
@@ -266,9 +269,12 @@ cdef class LlmCore:
         loop.spec_max = min(settings.draft_tokens, self.max_draft)
         loop.verify_cost = &self._verify_cost
         loop.verify_serially = settings.verify_serially
+        loop.built_lengths = &self._built_lengths
         self._fail_after = -1
         with nogil:
             loop.run(prompt, keep)
+        for line in loop.native_output.decode("utf-8", "replace").splitlines():
+            _native_log.info("%s", line)
         if loop.finish != F_ERROR:
             # With exact reuse, the prompt and the generated tokens whose KV
             # MNN holds (a next turn that repeats the answer reuses them).
@@ -307,8 +313,10 @@ cdef class LlmCore:
         """Milliseconds of a decode-time forward over L tokens (all logits
         returned for L > 1) after the prompt, for each L in ``lengths``: the
         fastest of ``repeats`` (noise only adds time; the first forward of a
-        new length also builds MNN's module for it). What a speculative
-        verification costs against a single-token step."""
+        new length also builds MNN's module for it). The repeats go round
+        the lengths, so a burst of load elsewhere inflates one round, not
+        every repeat of one length. What a speculative verification costs
+        against a single-token step."""
         cdef Llm* llm = self._require()
         cdef vector[int] prompt = prompt_ids
         cdef vector[int] lens = lengths
@@ -325,10 +333,9 @@ cdef class LlmCore:
         with nogil:
             logits_var = prefill(llm, prompt, 0, &self._cancel)
             base = llm.getCurrentHistory()
-        out = []
-        for i in range(<int>lens.size()):
-            times = []
-            for r in range(repeats):
+        out = [INFINITY] * <int>lens.size()
+        for r in range(repeats):
+            for i in range(<int>lens.size()):
                 with nogil:
                     ids.assign(lens[i], prompt[prompt.size() - 1])
                     set_all_logits(llm, lens[i] > 1)
@@ -339,13 +346,13 @@ cdef class LlmCore:
                     took = monotonic_ns() - took
                     set_all_logits(llm, False)
                     llm.eraseHistory(base, 0)
+                    mark_built(&self._built_lengths, lens[i])
                 if rows != lens[i]:
                     with nogil:
                         varp_reset(logits_var)
                         llm.reset()
                     raise RuntimeError(f"MNN returned {rows} rows of logits for {lens[i]} tokens")
-                times.append(ns_to_ms(took))
-            out.append(min(times))
+                out[i] = min(out[i], ns_to_ms(took))
         with nogil:
             varp_reset(logits_var)
             llm.reset()

@@ -1,6 +1,18 @@
 # The generation loop: one generation's state, run without the GIL.
 # Included by src/_mnn.pyx: one extension, a file per concept.
 
+cdef inline cbool is_built(const vector[char]* built, int length) noexcept nogil:
+    """Whether MNN's module for decode-time forwards of ``length`` tokens
+    exists (length 1 is built at load)."""
+    return length <= 1 or (<size_t>length < built.size() and built[0][length] != 0)
+
+
+cdef inline void mark_built(vector[char]* built, int length) noexcept nogil:
+    if <size_t>length >= built.size():
+        built.resize(length + 1, 0)
+    built[0][length] = 1
+
+
 cdef class _Loop:
     """State of one generation: runs without the GIL."""
     cdef Llm* llm
@@ -47,6 +59,8 @@ cdef class _Loop:
     # test mode: verify drafts with one single-token forward each (the rows
     # plain decoding computes, bit for bit), to prove the loop itself lossless
     cdef cbool verify_serially
+    cdef vector[char]* built_lengths  # the core's: lengths whose MNN module exists
+    cdef string native_output  # what MNN printed while building a module (for the log)
     cdef vector[float] serial_rows
 
     cdef cbool cancelled(self) noexcept nogil:
@@ -71,6 +85,7 @@ cdef class _Loop:
         cdef LlmContext* ctx
         cdef vector[int] ids
         cdef int64_t forward_start
+        cdef StdoutCapture capture
         self.prompt_len = <int>prompt.size()
         self.forward_ns = 0
         self.finish = F_NONE
@@ -157,8 +172,14 @@ cdef class _Loop:
             forward_start = monotonic_ns()
             if self.verify_serially and k > 0:
                 rows_base = self.forward_serially(ids, &vocab, &rows)
-            else:
+            elif is_built(self.built_lengths, k + 1):
                 logits_var = self.llm.forward(ids, False)
+                rows_base = read_all_logits(logits_var, &vocab, &rows)
+            else:  # MNN builds this length's module first, and says so on stdout
+                capture_stdout_begin(&capture)
+                logits_var = self.llm.forward(ids, False)
+                self.native_output.append(capture_stdout_end(&capture))
+                mark_built(self.built_lengths, k + 1)
                 rows_base = read_all_logits(logits_var, &vocab, &rows)
             self.forward_ns += monotonic_ns() - forward_start
             self.decode_steps += 1

@@ -116,7 +116,8 @@ def test_batched_verification_in_int4_is_plain_decoding(smol, prompt, sampling, 
 def test_drafts_are_made_and_kept_on_grounded_prompts(smol):
     with _serially(smol):
         results = [smol.generate(p, temperature=0, max_tokens=64) for p in GROUNDED]
-    assert sum(r.drafted_tokens for r in results) > 20
+    # (drafting follows the measured costs: they are in the message if too few were made)
+    assert sum(r.drafted_tokens for r in results) > 20, (smol.verify_costs, [r.drafted_tokens for r in results])
     assert sum(r.accepted_tokens for r in results) > 10
     for r in results:  # one forward per decoded token that was not a kept draft
         assert r.usage["completion_tokens_details"] == {
