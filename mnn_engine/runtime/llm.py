@@ -152,7 +152,8 @@ class Llm:
     the sampler, drawing at that position with the same random stream,
     penalties, biases and grammar, draws it: the choice rule is plain
     decoding's. How many drafts to verify follows the measured cost of a
-    verification (``verify_costs``, measured at load or at first use) and
+    verification (``verify_costs``, measured at load or at first use, and
+    kept with the prepared weights for later loads: ``load_checks``) and
     the acceptance so far; drafting pauses when it does not pay. The
     logits of a verification come from MNN's batched kernels. Where
     ``batch_exact`` holds they are the single-token kernels' bit for bit, and

@@ -17,7 +17,8 @@ reported. Prefill: time to evaluate the prompt; decode: greedy tokens with the
 end token banned, (tokens - 1) / time after the first.
 
 Instruction sets: the MNN engine in the PyPI wheel has AVX2/FMA kernels only
-(no AVX-512 code), while llama.cpp built with GGML_NATIVE uses every
+(no AVX-512 code), while llama.cpp built for this CPU ("native": GGML_NATIVE off, each
+extension switched on from /proc/cpuinfo, AMX off) uses every
 extension of the CPU it is built on (AVX-512, VNNI, BF16 where present). So
 the Qwen pair also runs llama.cpp built for AVX2/FMA/F16C only
 ("llama.cpp Q4_0 AVX2"), the same instruction set as MNN's kernels; each
@@ -38,6 +39,7 @@ gguf-py.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -53,10 +55,25 @@ from mnn_engine.cli.bench import TEXT
 CACHE = Path.home() / ".cache" / "mnn-engine" / "peers"
 LLAMA_CPP = "llama-cpp-python==0.3.36"
 COMMON_CMAKE = "-DGGML_OPENMP=ON -DCMAKE_BUILD_TYPE=Release"
-BUILDS = {  # build name -> (venv, CMake arguments)
-    # AMX off: a VM can report AMX in cpuinfo without granting the tile state (ggml then dies with SIGILL)
-    "native": (Path.home() / ".cache" / "mnn-engine" / "peers-venv",
-               f"-DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF {COMMON_CMAKE}"),
+# ggml's x86 switches, by the /proc/cpuinfo flag each needs
+_GGML_X86 = {"AVX": "avx", "AVX2": "avx2", "FMA": "fma", "F16C": "f16c", "BMI2": "bmi2", "AVX_VNNI": "avx_vnni",
+             "AVX512": "avx512f", "AVX512_VBMI": "avx512vbmi", "AVX512_VNNI": "avx512_vnni",
+             "AVX512_BF16": "avx512_bf16"}
+
+
+def native_cmake_args(cpuinfo: str | None = None) -> str:
+    """llama.cpp for this CPU, with GGML_NATIVE off and each extension named from the CPU's flags:
+    GGML_NATIVE=ON compiles AMX in on a CPU that reports it, whatever GGML_AMX_* say, and a VM can
+    report AMX without granting the tile state (ggml then segfaults or dies with SIGILL)."""
+    if cpuinfo is None:
+        cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
+    switches = " ".join(f"-DGGML_{name}={'ON' if flag in flags else 'OFF'}" for name, flag in _GGML_X86.items())
+    return f"-DGGML_NATIVE=OFF {switches} -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF {COMMON_CMAKE}"
+
+
+BUILDS = {  # build name -> (venv, CMake arguments, or how to make them)
+    "native": (Path.home() / ".cache" / "mnn-engine" / "peers-venv", native_cmake_args),
     "avx2": (Path.home() / ".cache" / "mnn-engine" / "peers-venv-avx2",
              "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "
              f"-DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX_VNNI=OFF {COMMON_CMAKE}"),
@@ -118,12 +135,18 @@ def run(*cmd, **kw) -> str:
 
 def ensure_llama_cpp(build: str = "native") -> Path:
     venv, cmake_args = BUILDS[build]
+    if callable(cmake_args):
+        cmake_args = cmake_args()
+    # one venv per set of flags: a venv built with other flags is never reused
+    venv = venv.with_name(f"{venv.name}-{hashlib.sha256(cmake_args.encode()).hexdigest()[:8]}")
     python = venv / "bin" / "python"
     if not python.exists() or subprocess.run([python, "-c", "import llama_cpp"], capture_output=True).returncode:
         print(f"building llama-cpp-python ({build}) from its sdist (about 6 minutes)...", file=sys.stderr, flush=True)
         run(sys.executable, "-m", "venv", venv)
         env = dict(os.environ, CMAKE_ARGS=cmake_args, CMAKE_BUILD_PARALLEL_LEVEL="2")
-        run(python, "-m", "pip", "install", "-q", "--no-binary", "llama-cpp-python", LLAMA_CPP, "numpy", env=env)
+        # --no-cache-dir: pip's wheel cache would silently hand back a wheel built with other flags
+        run(python, "-m", "pip", "install", "-q", "--no-cache-dir", "--no-binary", "llama-cpp-python", LLAMA_CPP,
+            "numpy", env=env)
     return python
 
 
