@@ -56,6 +56,19 @@ def _serially(llm: Llm):
         llm._verify_serially = False
 
 
+@contextlib.contextmanager
+def _cheap_verification(llm: Llm):
+    """Drafting weighed against fixed verification costs at which drafts pay, not the measured ones
+    (which sit near the break-even point on some builds, so measurement noise decided the test)."""
+    with llm._using() as core:
+        core.set_verify_costs([1.0 + i / 5 for i in range(llm.draft_tokens + 1)])
+    try:
+        yield
+    finally:
+        with llm._using() as core:
+            core.set_verify_costs(llm.verify_costs)
+
+
 def _same(a, b):
     assert a.token_ids == b.token_ids
     assert a.text == b.text
@@ -114,10 +127,9 @@ def test_batched_verification_in_int4_is_plain_decoding(smol, prompt, sampling, 
 
 
 def test_drafts_are_made_and_kept_on_grounded_prompts(smol):
-    with _serially(smol):
+    with _serially(smol), _cheap_verification(smol):
         results = [smol.generate(p, temperature=0, max_tokens=64) for p in GROUNDED]
-    # (drafting follows the measured costs: they are in the message if too few were made)
-    assert sum(r.drafted_tokens for r in results) > 20, (smol.verify_costs, [r.drafted_tokens for r in results])
+    assert sum(r.drafted_tokens for r in results) > 20
     assert sum(r.accepted_tokens for r in results) > 10
     for r in results:  # one forward per decoded token that was not a kept draft
         assert r.usage["completion_tokens_details"] == {
@@ -141,7 +153,8 @@ def test_structured_output_is_unchanged_by_speculation(smol):
 def test_batched_verification_keeps_limits_cancel_and_usage(smol):
     """What holds whatever the last bits of the logits: max_tokens exactly,
     the context limit, a cancel before the next token, stop strings cut."""
-    result = smol.generate(REWRITE, temperature=0, max_tokens=37, ignore_eos=True)
+    with _cheap_verification(smol):
+        result = smol.generate(REWRITE, temperature=0, max_tokens=37, ignore_eos=True)
     assert result.completion_tokens == 37 and result.finish_reason == "length"
     assert result.drafted_tokens > 0 and result.accepted_tokens > 0
     assert result.decode_steps + result.accepted_tokens == 36
