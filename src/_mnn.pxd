@@ -59,12 +59,7 @@ cdef extern from "mnn_llm_api.h" namespace "mnn_engine" nogil:
         int64_t first_ns
         int64_t last_ns
 
-    cdef cppclass StdoutCapture:
-        pass
-
     LlmContext* llm_context(Llm* llm)
-    void capture_stdout_begin(StdoutCapture* capture)
-    string capture_stdout_end(StdoutCapture* capture)
     const float* read_logits(const VARP& logits, int* size)
     void varp_reset(VARP& v)
     const float* read_all_logits(const VARP& logits, int* vocab, int* rows)

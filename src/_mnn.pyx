@@ -20,11 +20,6 @@ from libcpp.unordered_map cimport unordered_map
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
-import logging
-
-# what MNN prints mid-generation goes where mnn_engine.runtime.native_output sends the rest of it
-_native_log = logging.getLogger("mnn_engine.mnn")
-
 
 cdef extern from "<algorithm>" namespace "std" nogil:
     void nth_element[Iter](Iter first, Iter nth, Iter last)

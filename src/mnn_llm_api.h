@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <unistd.h>
 #include <memory>
 #include <ostream>
 #include <streambuf>
@@ -235,45 +234,6 @@ inline bool set_all_logits(MNN::Transformer::Llm* llm, bool on) noexcept {
 }
 
 inline void varp_reset(MNN::Express::VARP& v) { v = MNN::Express::VARP(); }
-
-// MNN builds a module for each new forward length the first time it meets it
-// and announces that with printf ("module need new clone"). Our loop meets
-// verification lengths mid-generation, so around such a forward stdout points
-// at a temporary file (process-wide, as at load: the window is one forward);
-// what was printed is handed back for the log instead of a user's terminal.
-// Android's MNN prints to logcat, so there this captures nothing.
-struct StdoutCapture {
-    int saved = -1;
-    FILE* file = nullptr;
-};
-
-inline void capture_stdout_begin(StdoutCapture* capture) noexcept {
-    std::fflush(stdout);
-    capture->file = std::tmpfile();
-    capture->saved = capture->file == nullptr ? -1 : dup(1);
-    if (capture->saved < 0 || dup2(fileno(capture->file), 1) < 0) {
-        if (capture->saved >= 0) close(capture->saved);
-        if (capture->file != nullptr) std::fclose(capture->file);
-        capture->saved = -1;
-        capture->file = nullptr;
-    }
-}
-
-inline std::string capture_stdout_end(StdoutCapture* capture) noexcept {
-    std::string out;
-    if (capture->file == nullptr) return out;
-    std::fflush(stdout);
-    dup2(capture->saved, 1);
-    close(capture->saved);
-    std::rewind(capture->file);
-    char buffer[4096];
-    size_t n;
-    while ((n = std::fread(buffer, 1, sizeof buffer, capture->file)) > 0) out.append(buffer, n);
-    std::fclose(capture->file);
-    capture->saved = -1;
-    capture->file = nullptr;
-    return out;
-}
 
 inline int64_t monotonic_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(

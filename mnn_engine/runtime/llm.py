@@ -288,6 +288,7 @@ class Llm:
             load_backend_library(str({**self.file_config, **overrides}.get("backend_type", "cpu")))
             with captured_native_output() as lines:
                 core = _mnn.LlmCore(str(self.config_path), embedding=self.kind == "embedding")
+                core.native_capture = captured_native_output  # (MNN prints when a generation meets a new length)
                 core.set_config(json.dumps(overrides))
                 ok = core.load()
             if ok and not core.embedding:
@@ -329,8 +330,8 @@ class Llm:
         measured, or read from the prepared-weights directory where an earlier
         load with the same model files, engine, CPU and config kept them
         (``load_checks``). MNN then builds each verification length's module
-        when a generation first needs it (the loop keeps what MNN announces
-        about it out of stdout, for the log)."""
+        when a generation first needs it; the loop captures what MNN prints
+        about it with ``core.native_capture``, for the log."""
         self.verify_costs = []
         self.batch_exact = False
         self.speculative_default = self.speculative
@@ -344,15 +345,17 @@ class Llm:
         if self.speculative == "auto":
             # int4 low-memory weights: only where a batch's rows are a lone row's, bit for bit
             self.speculative_default = "ngram" if self.batch_exact or not low_memory else "off"
-        kept_costs = kept["verify_costs"] if kept else []
-        if self.speculative_default == "ngram" and len(kept_costs) == self.draft_tokens + 1:
-            self.verify_costs = kept_costs
-            core.set_verify_costs(kept_costs)
-        elif self.speculative_default == "ngram":
-            self._measure_verify_costs(core, self.draft_tokens)
-        if cache_dir and (not kept or kept["batch_exact"] != self.batch_exact or
-                          (self.verify_costs and self.verify_costs != kept_costs)):
-            load_checks.write_checks(cache_dir, key, self.batch_exact, self.verify_costs or kept_costs)
+        costs = kept["verify_costs"] if kept else []
+        measured = kept is None
+        if self.speculative_default == "ngram":
+            if len(costs) == self.draft_tokens + 1:
+                self.verify_costs = costs
+                core.set_verify_costs(costs)
+            else:  # (an earlier load with speculation off kept the verdict only)
+                self._measure_verify_costs(core, self.draft_tokens)
+                costs, measured = self.verify_costs, True
+        if cache_dir and measured:
+            load_checks.write_checks(cache_dir, key, self.batch_exact, costs)
 
     def _measure_verify_costs(self, core: _mnn.LlmCore, draft_tokens: int) -> None:
         """Time decode forwards over 1..draft_tokens+1 tokens (this also has

@@ -25,6 +25,9 @@ cdef class LlmCore:
     #: MNN's rows do not depend on the batch (checked at load): the prompt
     #: cache keeps any shared prefix, generated tokens included
     cdef public cbool exact_reuse
+    #: what captures MNN's prints around a forward that builds a module mid-generation (the runtime's
+    #: ``captured_native_output``, whose lock orders every redirect of the process); None: no capture
+    cdef public object native_capture
 
     def __cinit__(self, str config_path, bint embedding=False):
         self.config_path = config_path
@@ -270,11 +273,10 @@ cdef class LlmCore:
         loop.verify_cost = &self._verify_cost
         loop.verify_serially = settings.verify_serially
         loop.built_lengths = &self._built_lengths
+        loop.native_capture = self.native_capture
         self._fail_after = -1
         with nogil:
             loop.run(prompt, keep)
-        for line in loop.native_output.decode("utf-8", "replace").splitlines():
-            _native_log.info("%s", line)
         if loop.finish != F_ERROR:
             # With exact reuse, the prompt and the generated tokens whose KV
             # MNN holds (a next turn that repeats the answer reuses them).

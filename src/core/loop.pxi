@@ -60,8 +60,31 @@ cdef class _Loop:
     # plain decoding computes, bit for bit), to prove the loop itself lossless
     cdef cbool verify_serially
     cdef vector[char]* built_lengths  # the core's: lengths whose MNN module exists
-    cdef string native_output  # what MNN printed while building a module (for the log)
+    cdef object native_capture  # the core's: a context manager factory, or None
+    cdef object capture  # the capture open around a module-building forward
     cdef vector[float] serial_rows
+
+    cdef void capture_begin(self) noexcept nogil:
+        """Open the core's capture of MNN's output (the GIL only for that:
+        the forward inside runs without it)."""
+        with gil:
+            self.capture = None
+            if self.native_capture is not None:
+                try:
+                    capture = self.native_capture()
+                    capture.__enter__()
+                    self.capture = capture
+                except BaseException:
+                    pass  # no capture: MNN's line reaches stdout, nothing worse
+
+    cdef void capture_end(self) noexcept nogil:
+        with gil:
+            if self.capture is not None:
+                try:
+                    self.capture.__exit__(None, None, None)
+                except BaseException:
+                    pass
+                self.capture = None
 
     cdef cbool cancelled(self) noexcept nogil:
         return self.cancel_flag[0].load() != 0
@@ -85,7 +108,6 @@ cdef class _Loop:
         cdef LlmContext* ctx
         cdef vector[int] ids
         cdef int64_t forward_start
-        cdef StdoutCapture capture
         self.prompt_len = <int>prompt.size()
         self.forward_ns = 0
         self.finish = F_NONE
@@ -176,9 +198,9 @@ cdef class _Loop:
                 logits_var = self.llm.forward(ids, False)
                 rows_base = read_all_logits(logits_var, &vocab, &rows)
             else:  # MNN builds this length's module first, and says so on stdout
-                capture_stdout_begin(&capture)
+                self.capture_begin()
                 logits_var = self.llm.forward(ids, False)
-                self.native_output.append(capture_stdout_end(&capture))
+                self.capture_end()
                 mark_built(self.built_lengths, k + 1)
                 rows_base = read_all_logits(logits_var, &vocab, &rows)
             self.forward_ns += monotonic_ns() - forward_start
