@@ -93,7 +93,8 @@ def test_the_key_follows_the_engine_the_files_and_the_config(tmp_path, monkeypat
     libraries = {**identity["libraries"], "libMNN": ["/other/libMNN.so", 1, 2]}  # a swapped libMNN
     monkeypatch.setattr(load_checks, "engine_identity", lambda: {**identity, "libraries": libraries})
     assert checks_key(config, {"thread_num": 2}, 7) != base
-    monkeypatch.setattr(load_checks, "engine_identity", lambda: {**identity, "cpu": ["asimd"]})  # another CPU
+    other_cpu = ["avx2", "fma"] if identity["cpu"] != ["avx2", "fma"] else ["asimd"]  # never this CPU's list
+    monkeypatch.setattr(load_checks, "engine_identity", lambda: {**identity, "cpu": other_cpu})
     assert checks_key(config, {"thread_num": 2}, 7) != base
     monkeypatch.undo()
     (model / "llm.mnn.weight").write_bytes(b"new weights")
