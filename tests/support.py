@@ -27,24 +27,22 @@ def _mnn_patched() -> bool:
 
 #: Built with our MNN patches (subprojects/packagefiles/MNN): the PyPI wheel's MNN is not.
 MNN_PATCHED = _mnn_patched()
-def _arm_fp16_arithmetic() -> bool:
-    """Whether this aarch64 CPU has ARMv8.2 fp16 arithmetic (asimdhp): MNN then computes in fp16 under
-    precision "low", the default."""
+def _arm_sme2() -> bool:
+    """Whether this aarch64 CPU has SME2: MNN then runs its SME2 int8 kernels."""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
-            return any(line.startswith("Features") and " asimdhp" in line for line in cpuinfo)
+            return any(line.startswith("Features") and " sme2" in line for line in cpuinfo)
     except OSError:
         return True  # unknown: claim nothing
 
 
 #: Patch 0002, switched on as mnn-engine loads models, makes a batch's rows a lone row's (Llm.batch_exact:
 #: speculation on by default in int4, exact there) where it was shown: x86-64 (AVX2 and AVX-512), and
-#: aarch64 computing in fp32 (tools/arm/probe.sh under qemu: no op differs on ARMv8.0 NEON, nor on ARMv8.2
-#: with precision "high"). In fp16 (ARMv8.2 and later under precision "low") MNN's attention gives one
-#: query row other bits than a batch does (docs/verified/arm-probe.json); there the load-time check says
-#: False and the tests hold it to its word.
+#: aarch64 without SME2 (tools/arm/probe.sh under qemu: no op differs on ARMv8.0 NEON, ARMv8.2 fp16/sdot
+#: or ARMv8.6 i8mm, in fp16 and fp32). On SME2 MNN's int8 kernels give one row other bits than a batch
+#: (docs/verified/arm-probe.json); there the load-time check says False and the tests hold it to its word.
 MNN_BATCH_EXACT = MNN_PATCHED and (platform.machine() in ("x86_64", "AMD64")
-                                   or (platform.machine() == "aarch64" and not _arm_fp16_arithmetic()))
+                                   or (platform.machine() == "aarch64" and not _arm_sme2()))
 
 
 def test_model_dir(name: str) -> Path:

@@ -8,19 +8,30 @@
 #   armv82  cortex-a76   ARMv8.2: fp16 arithmetic and sdot (most phones since 2019)
 #   i8mm    cortex-a710  ARMv9.0 with i8mm (MNN's ARMv8.6 kernels; recent big cores)
 #   sme2    max          SME2 (2024+ flagships; qemu emulates it from 10.1 on)
-# For each family, model (tiny, smollm2-135m: int4) and precision (low: fp16
+# For each family, model (tiny, smollm2-135m: int4; tiny-int8: int8) and precision (low: fp16
 # where the CPU has it, MNN's default; high: fp32), with the switch on as
 # mnn-engine loads models (PROBE_CONFIG adds MNN config keys). Uses the
 # aarch64 wheel tools/arm/check.sh builds (arm_cross_wheel; built when
 # missing). Results: build/arm/probe/FAMILY/ (MODEL-PRECISION.txt: one line
-# per op, "first_diff ..." last; kernels.txt; cpu.txt) and their summary,
-# build/arm/probe/summary.json.
+# per op, "first_diff ..." last; kernels.txt; cpu.txt; pytest.log) and their
+# summary, build/arm/probe/summary.json.
+# Then, per family, the exactness tests under that CPU (PROBE_TESTS, default
+# below: rows alone against every batch split, the load-time checks, int4
+# speculation against plain decoding, the prompt cache against fresh
+# prefills), bounded by PROBE_TEST_TIMEOUT seconds; PROBE_TESTS= skips them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 MODELS=${MNN_ENGINE_TEST_MODELS:-$HOME/.cache/mnn-engine/test-models/v1}
 GDB_PORT=${ARM_GDB_PORT:-1236}
 PROBE_CONFIG=${PROBE_CONFIG:-}
+PROBE_TESTS=${PROBE_TESTS-"tests/runtime/test_batch_exactness.py::test_rows_are_batch_independent[tiny-low] \
+tests/runtime/test_batch_exactness.py::test_rows_are_batch_independent_past_an_attention_block \
+tests/runtime/test_load_checks.py \
+tests/runtime/test_speculative.py::test_batched_verification_in_int4_is_plain_decoding \
+tests/runtime/test_prompt_cache.py::test_greedy_outputs_with_the_cache_equal_those_without[tiny] \
+tests/runtime/test_prompt_cache.py::test_turns_reuse_the_history"}
+PROBE_TEST_TIMEOUT=${PROBE_TEST_TIMEOUT:-3600}
 declare -A CPU=([neon]=cortex-a53 [armv82]=cortex-a76 [i8mm]=cortex-a710 [sme2]=max)
 if [ "$#" -gt 0 ]; then FAMILIES=("$@"); else FAMILIES=(neon armv82 i8mm sme2); fi
 OUT=$ROOT/build/arm/probe
@@ -36,6 +47,7 @@ arm_root_mount
 # QEMU_CPU goes inside env -i: each exec starts a new qemu, which reads it from the environment;
 # PROBE_GDB becomes the program's QEMU_GDB (not env's: env would wait for the debugger itself)
 in_root() { chroot "$CHROOT" /usr/bin/env -i HOME=/root PATH="$VENV/bin:/usr/bin:/bin" ${QEMU_CPU:+QEMU_CPU=$QEMU_CPU} \
+  MNN_ENGINE_TEST_MODELS=/models PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_CERT=/etc/ssl/certs/host-ca-certificates.crt \
   ${PROBE_GDB:+QEMU_GDB=$PROBE_GDB} "$@"; }
 
 wheel=$(ls "$CACHE"/cross-source/dist/mnn_engine-*linux_aarch64.whl 2>/dev/null || true)
@@ -43,11 +55,16 @@ wheel=$(ls "$CACHE"/cross-source/dist/mnn_engine-*linux_aarch64.whl 2>/dev/null 
 in_root /bin/sh -c "test -x $VENV/bin/python || python3 -m venv $VENV"
 cp "$wheel" "$CHROOT/tmp/"
 in_root "$VENV/bin/pip" install -q --no-deps --force-reinstall "/tmp/$(basename "$wheel")"
+if [ -n "$PROBE_TESTS" ]; then # the tests' dependencies (the wheel's [test] extra) and the checkout's tests
+  in_root "$VENV/bin/pip" install -q "/tmp/$(basename "$wheel")[test]"
+  rm -rf "$CHROOT/work/mnn-engine-probe" && mkdir -p "$CHROOT/work/mnn-engine-probe"
+  git ls-files -co --exclude-standard -z | tar --null -T - -c | tar -x -C "$CHROOT/work/mnn-engine-probe"
+fi
 libdir=$(dirname "$(ls "$CHROOT$VENV"/lib/python3*/site-packages/.mnn_engine.mesonpy.libs/libMNN.so)")
 CXX=aarch64-linux-gnu-g++ RPATH=${libdir#"$CHROOT"} tools/mnn/build_row_probe.sh "$libdir" "$CHROOT/opt/row_probe" \
   "$CACHE/cross-source/src/subprojects/MNN" >/dev/null
 mkdir -p "$CHROOT/models"
-for model in tiny smollm2-135m; do
+for model in tiny tiny-int8 tiny-scripted smollm2-135m; do
   [ -d "$CHROOT/models/$model" ] || cp -r "$MODELS/$model" "$CHROOT/models/"
 done
 command -v gdb-multiarch >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q gdb-multiarch >/dev/null
@@ -67,7 +84,7 @@ for family in "${FAMILIES[@]}"; do
   mkdir -p "$dir"
   echo "$QEMU_VERSION -cpu $cpu" >"$dir/cpu.txt"
   QEMU_CPU=$cpu chroot "$CHROOT" grep -m1 Features /proc/cpuinfo >>"$dir/cpu.txt"
-  for model in tiny smollm2-135m; do
+  for model in tiny tiny-int8 smollm2-135m; do
     for precision in low high; do
       config="{\"batch_independent_rows\": true, \"precision\": \"$precision\", \"thread_num\": 1${PROBE_CONFIG:+, $PROBE_CONFIG}}"
       printf '%s %s %s: ' "$family" "$model" "$precision"
@@ -86,6 +103,12 @@ for family in "${FAMILIES[@]}"; do
     "$CHROOT/opt/row_probe" 2>&1 | sed -nE 's/^([A-Za-z0-9_]+)( \+ [0-9]+)? in section .*/\1/p' >"$dir/kernels.txt" || true
   wait || true
   echo "$family kernels: $(tr '\n' ' ' <"$dir/kernels.txt")"
+  if [ -n "$PROBE_TESTS" ]; then
+    # shellcheck disable=SC2086  # PROBE_TESTS is a list of test ids
+    QEMU_CPU=$cpu in_root /bin/sh -c "cd /work/mnn-engine-probe && timeout $PROBE_TEST_TIMEOUT $VENV/bin/pytest -q \
+      -p no:cacheprovider $PROBE_TESTS" >"$dir/pytest.log" 2>&1 || true
+    echo "$family tests: $(grep -E 'passed|failed|skipped' "$dir/pytest.log" | tail -1)"
+  fi
 done
 
 python3 - "$OUT" "${FAMILIES[@]}" <<'PY'
@@ -100,8 +123,12 @@ for family in sys.argv[2:]:
         lines = f.read_text().splitlines()
         runs[f.stem] = {"first_diff": next((l for l in reversed(lines) if l.startswith("first_diff")), "no result"),
                         "differing_ops": [l.split()[1] + " " + l.split()[2] for l in lines if " DIFF " in l]}
+    tests = d / "pytest.log"
+    lines = tests.read_text().splitlines() if tests.exists() else []
     summary[family] = {"cpu": (d / "cpu.txt").read_text().splitlines()[0], "runs": runs,
-                       "kernels": (d / "kernels.txt").read_text().split()}
+                       "kernels": (d / "kernels.txt").read_text().split(),
+                       "tests": next((l for l in reversed(lines) if "passed" in l or "failed" in l), "not run"),
+                       "failed": [l for l in lines if l.startswith("FAILED")]}
 (out / "summary.json").write_text(json.dumps(summary, indent=1))
 print(json.dumps({f: {k: v["first_diff"] for k, v in s["runs"].items()} for f, s in summary.items()}, indent=1))
 PY

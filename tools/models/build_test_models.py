@@ -56,11 +56,13 @@ TINY_SHAPE = ["--hidden", "128", "--layers", "2", "--heads", "4", "--kv-heads", 
 BIG_SHAPE = ["--hidden", "1024", "--layers", "28", "--heads", "16", "--kv-heads", "8",
              "--head-dim", "128", "--intermediate", "3072"]
 INT4 = ["--quant_bit", "4", "--quant_block", "64"]
+#: int8 weights (llmexport's other common export): MNN runs other GEMM kernels for them
+INT8 = ["--quant_bit", "8", "--quant_block", "64"]
 
 DEFAULT_MODELS = ["tiny", "tiny-scripted", "tiny-toolcall", "tiny-thinking", "tiny-embedding", "tiny-vision",
                   "tiny-audio", "smollm2-135m"]
 #: built only when named
-OPTIONAL_MODELS: list[str] = []
+OPTIONAL_MODELS: list[str] = ["tiny-int8"]
 BIG_MODELS = ["qwen3-0.6b-shape"]
 
 
@@ -156,6 +158,7 @@ class Builder:
             return out
         args = {
             "tiny": TINY_SHAPE,
+            "tiny-int8": TINY_SHAPE,
             "tiny-scripted": [*TINY_SHAPE, "--script", SCRIPTED_TEXT],
             "tiny-toolcall": [*TINY_SHAPE, "--script", TOOLCALL_TEXT],
             "tiny-thinking": [*TINY_SHAPE, "--script", THINKING_TEXT],
@@ -177,7 +180,8 @@ class Builder:
         hf = self.hf_model(name)
         staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=self.root))
         try:
-            run(self.python, HERE / "export_mnn.py", "--path", hf, "--export", "mnn", "--dst_path", staging, *INT4,
+            run(self.python, HERE / "export_mnn.py", "--path", hf, "--export", "mnn", "--dst_path", staging,
+                *(INT8 if name.endswith("-int8") else INT4),
                 logfile=self.logs / f"{name}.log")
             shutil.rmtree(staging / "onnx", ignore_errors=True)
             info = {"name": name, "tool_version": TOOL_VERSION, "built": time.strftime("%Y-%m-%dT%H:%M:%S"),
