@@ -27,22 +27,12 @@ def _mnn_patched() -> bool:
 
 #: Built with our MNN patches (subprojects/packagefiles/MNN): the PyPI wheel's MNN is not.
 MNN_PATCHED = _mnn_patched()
-def _arm_sme2() -> bool:
-    """Whether this aarch64 CPU has SME2: MNN then runs its SME2 int8 kernels."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            return any(line.startswith("Features") and " sme2" in line for line in cpuinfo)
-    except OSError:
-        return True  # unknown: claim nothing
-
-
 #: Patch 0002, switched on as mnn-engine loads models, makes a batch's rows a lone row's (Llm.batch_exact:
 #: speculation on by default in int4, exact there) where it was shown: x86-64 (AVX2 and AVX-512), and
-#: aarch64 without SME2 (tools/arm/probe.sh under qemu: no op differs on ARMv8.0 NEON, ARMv8.2 fp16/sdot
-#: or ARMv8.6 i8mm, in fp16 and fp32). On SME2 MNN's int8 kernels give one row other bits than a batch
-#: (docs/verified/arm-probe.json); there the load-time check says False and the tests hold it to its word.
-MNN_BATCH_EXACT = MNN_PATCHED and (platform.machine() in ("x86_64", "AMD64")
-                                   or (platform.machine() == "aarch64" and not _arm_sme2()))
+#: aarch64 on every kernel family MNN has (tools/arm/probe.sh under qemu, docs/verified/arm-probe.json: no op
+#: differs on ARMv8.0 NEON, ARMv8.2 fp16/sdot, ARMv8.6 i8mm and SME2 at a 512-bit vector length, in fp16 and
+#: fp32; at other SME lengths patch 0003 leaves MNN's SME2 kernels off).
+MNN_BATCH_EXACT = MNN_PATCHED and platform.machine() in ("x86_64", "AMD64", "aarch64")
 
 
 def test_model_dir(name: str) -> Path:

@@ -8,7 +8,9 @@
 # aarch64 wheel in /opt/venv-probe): tools/arm/memory.sh [KEY=JSON ...]
 #   ARM_CPU      qemu CPU model (default cortex-a76: ARMv8.2 fp16, most phones)
 #   the arguments: MNN config overrides passed to Llm (e.g. precision='"high"')
-# Result: build/arm/memory/result-CPU[-overrides].json
+# Result: build/arm/memory/result-CPU[-overrides].json, and the run's entry in
+# bench-results/arm_memory.json (docs/benchmarks.md's phone-memory table,
+# tools/bench/report.py)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODELS=${MNN_ENGINE_TEST_MODELS:-$HOME/.cache/mnn-engine/test-models/v1}
@@ -34,3 +36,14 @@ chroot "$CHROOT" /usr/bin/env -i HOME=/root PATH="$VENV/bin:/usr/bin:/bin" QEMU_
 { printf '{"qemu": "%s -cpu %s", "date": "%s", "commit": "%s",\n "result": ' "$QEMU_VERSION" "$ARM_CPU" \
   "$(date +%Y-%m-%d)" "$(git rev-parse --short HEAD)"; cat "$OUT/result-$name.json.tmp"; echo '}'; } >"$OUT/result-$name.json"
 rm "$OUT/result-$name.json.tmp"
+python3 - "$OUT/result-$name.json" "$name" <<'PY'
+import json, platform, sys
+from pathlib import Path
+run, name = json.loads(Path(sys.argv[1]).read_text()), sys.argv[2]
+path = Path("bench-results/arm_memory.json")
+data = json.loads(path.read_text()) if path.exists() else {"runs": {}}
+data["machine"] = {"cpu": "aarch64 under " + run["qemu"], "cores": 1, "system": platform.system(),
+                   "python": run["result"]["python"], "date": run["date"]}
+data["runs"][name] = run
+path.write_text(json.dumps(data, indent=2) + "\n")
+PY

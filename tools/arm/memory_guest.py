@@ -93,7 +93,7 @@ class Sampler(threading.Thread):
         self.phase = "start"
         self.peaks: dict[str, dict[str, int]] = {}
         self.samples = 0
-        self._stop = threading.Event()
+        self._done = threading.Event()
 
     def take(self) -> None:
         now = sample(self.path)
@@ -104,7 +104,7 @@ class Sampler(threading.Thread):
         self.samples += 1
 
     def run(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self._done.wait(self.interval):
             self.take()
 
     def enter(self, phase: str) -> None:
@@ -113,7 +113,7 @@ class Sampler(threading.Thread):
         self.take()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._done.set()
         self.join()
         self.take()
 
@@ -134,7 +134,7 @@ def main() -> None:
     from mnn_engine import Llm
 
     t0 = time.monotonic()
-    llm = Llm(args.model, **overrides)
+    llm = Llm(args.model, **overrides).load()
     load_s = time.monotonic() - t0
     text = "Once upon a time, in a small village by a wide river, there lived a girl who loved boats. "
     ids = llm.tokenize(text * (args.prompt_tokens // 8 + 2))[: args.prompt_tokens]

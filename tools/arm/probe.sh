@@ -7,7 +7,12 @@
 #   neon    cortex-a53   ARMv8.0: NEON only (no fp16 arithmetic, no sdot)
 #   armv82  cortex-a76   ARMv8.2: fp16 arithmetic and sdot (most phones since 2019)
 #   i8mm    cortex-a710  ARMv9.0 with i8mm (MNN's ARMv8.6 kernels; recent big cores)
-#   sme2    max          SME2 (2024+ flagships; qemu emulates it from 10.1 on)
+#   sme2    max,sme-default-vector-length=64
+#                        SME2 at a 512-bit streaming vector length (2024+ flagships;
+#                        qemu emulates SME2 from 10.1 on), the only length MNN's
+#                        SME2 kernels are written for
+#   sme2-256 max         SME2 at qemu's and Linux's default 256 bits: patch 0003
+#                        leaves MNN's SME2 kernels off there (they compute garbage)
 # For each family, model (tiny, smollm2-135m: int4; tiny-int8: int8) and precision (low: fp16
 # where the CPU has it, MNN's default; high: fp32), with the switch on as
 # mnn-engine loads models (PROBE_CONFIG adds MNN config keys). Uses the
@@ -32,10 +37,12 @@ tests/runtime/test_speculative.py::test_batched_verification_in_int4_is_plain_de
 tests/runtime/test_prompt_cache.py::test_greedy_outputs_with_the_cache_equal_those_without[tiny] \
 tests/runtime/test_prompt_cache.py::test_turns_reuse_the_history"}
 PROBE_TEST_TIMEOUT=${PROBE_TEST_TIMEOUT:-3600}
-declare -A CPU=([neon]=cortex-a53 [armv82]=cortex-a76 [i8mm]=cortex-a710 [sme2]=max)
-if [ "$#" -gt 0 ]; then FAMILIES=("$@"); else FAMILIES=(neon armv82 i8mm sme2); fi
+declare -A CPU=([neon]=cortex-a53 [armv82]=cortex-a76 [i8mm]=cortex-a710 [sme2]="max,sme-default-vector-length=64"
+  [sme2-256]=max)
+if [ "$#" -gt 0 ]; then FAMILIES=("$@"); else FAMILIES=(neon armv82 i8mm sme2 sme2-256); fi
 OUT=$ROOT/build/arm/probe
-VENV=/opt/venv-probe
+VENV=${PROBE_VENV:-/opt/venv-probe} # another venv (and row_probe) per concurrent run
+PROBE=/opt/row_probe-${VENV##*/}
 # shellcheck source=tools/arm/root.sh
 . tools/arm/root.sh
 
@@ -57,11 +64,11 @@ cp "$wheel" "$CHROOT/tmp/"
 in_root "$VENV/bin/pip" install -q --no-deps --force-reinstall "/tmp/$(basename "$wheel")"
 if [ -n "$PROBE_TESTS" ]; then # the tests' dependencies (the wheel's [test] extra) and the checkout's tests
   in_root "$VENV/bin/pip" install -q "/tmp/$(basename "$wheel")[test]"
-  rm -rf "$CHROOT/work/mnn-engine-probe" && mkdir -p "$CHROOT/work/mnn-engine-probe"
-  git ls-files -co --exclude-standard -z | tar --null -T - -c | tar -x -C "$CHROOT/work/mnn-engine-probe"
+  rm -rf "$CHROOT/work/mnn-engine-${VENV##*/}" && mkdir -p "$CHROOT/work/mnn-engine-${VENV##*/}"
+  git ls-files -co --exclude-standard -z | tar --null -T - -c | tar -x -C "$CHROOT/work/mnn-engine-${VENV##*/}"
 fi
 libdir=$(dirname "$(ls "$CHROOT$VENV"/lib/python3*/site-packages/.mnn_engine.mesonpy.libs/libMNN.so)")
-CXX=aarch64-linux-gnu-g++ RPATH=${libdir#"$CHROOT"} tools/mnn/build_row_probe.sh "$libdir" "$CHROOT/opt/row_probe" \
+CXX=aarch64-linux-gnu-g++ RPATH=${libdir#"$CHROOT"} tools/mnn/build_row_probe.sh "$libdir" "$CHROOT$PROBE" \
   "$CACHE/cross-source/src/subprojects/MNN" >/dev/null
 mkdir -p "$CHROOT/models"
 for model in tiny tiny-int8 tiny-scripted smollm2-135m; do
@@ -79,7 +86,7 @@ mapfile -t KERNELS < <(nm --defined-only "$libdir/libMNN.so" | awk '$2 ~ /^[tT]$
 } >"$OUT/kernels.gdb"
 
 for family in "${FAMILIES[@]}"; do
-  cpu=${CPU[$family]:?unknown family $family (neon, armv82, i8mm, sme2)}
+  cpu=${CPU[$family]:?unknown family $family (neon, armv82, i8mm, sme2, sme2-256)}
   dir=$OUT/$family
   mkdir -p "$dir"
   echo "$QEMU_VERSION -cpu $cpu" >"$dir/cpu.txt"
@@ -88,24 +95,24 @@ for family in "${FAMILIES[@]}"; do
     for precision in low high; do
       config="{\"batch_independent_rows\": true, \"precision\": \"$precision\", \"thread_num\": 1${PROBE_CONFIG:+, $PROBE_CONFIG}}"
       printf '%s %s %s: ' "$family" "$model" "$precision"
-      QEMU_CPU=$cpu in_root /opt/row_probe "/models/$model/config.json" "$config" 8 20 >"$dir/$model-$precision.txt" 2>&1 || true
+      QEMU_CPU=$cpu in_root "$PROBE" "/models/$model/config.json" "$config" 8 20 >"$dir/$model-$precision.txt" 2>&1 || true
       tail -1 "$dir/$model-$precision.txt"
     done
   done
   # the kernels a short generation runs (int4, precision low as mnn-engine's default), first use each:
   # a breakpoint on every MNN GEMM, matmul and dynamic-quantisation kernel of the library's .symtab (our
   # build does not strip it), each printing its name once and disabling itself
-  QEMU_CPU=$cpu PROBE_GDB=$GDB_PORT in_root /opt/row_probe /models/smollm2-135m/config.json \
+  QEMU_CPU=$cpu PROBE_GDB=$GDB_PORT in_root "$PROBE" /models/smollm2-135m/config.json \
     '{"batch_independent_rows": true, "thread_num": 1}' 4 8 >/dev/null 2>&1 &
   for _ in $(seq 120); do ss -ltn | grep -q ":$GDB_PORT " && break; sleep 1; done
   timeout 1800 gdb-multiarch -q -batch -ex "set sysroot $CHROOT" -ex "set pagination off" -ex "set confirm off" \
     -ex "target remote :$GDB_PORT" -ex "catch load libMNN.so" -ex continue -x "$OUT/kernels.gdb" \
-    "$CHROOT/opt/row_probe" 2>&1 | sed -nE 's/^([A-Za-z0-9_]+)( \+ [0-9]+)? in section .*/\1/p' >"$dir/kernels.txt" || true
+    "$CHROOT$PROBE" 2>&1 | sed -nE 's/^([A-Za-z0-9_]+)( \+ [0-9]+)? in section .*/\1/p' >"$dir/kernels.txt" || true
   wait || true
   echo "$family kernels: $(tr '\n' ' ' <"$dir/kernels.txt")"
   if [ -n "$PROBE_TESTS" ]; then
     # shellcheck disable=SC2086  # PROBE_TESTS is a list of test ids
-    QEMU_CPU=$cpu in_root /bin/sh -c "cd /work/mnn-engine-probe && timeout $PROBE_TEST_TIMEOUT $VENV/bin/pytest -q \
+    QEMU_CPU=$cpu in_root /bin/sh -c "cd /work/mnn-engine-${VENV##*/} && timeout $PROBE_TEST_TIMEOUT $VENV/bin/pytest -q \
       -p no:cacheprovider $PROBE_TESTS" >"$dir/pytest.log" 2>&1 || true
     echo "$family tests: $(grep -E 'passed|failed|skipped' "$dir/pytest.log" | tail -1)"
   fi
@@ -115,8 +122,8 @@ python3 - "$OUT" "${FAMILIES[@]}" <<'PY'
 import json, sys
 from pathlib import Path
 out = Path(sys.argv[1])
-summary = {}
-for family in sys.argv[2:]:
+summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
+for family in sys.argv[2:]:  # the families of this run replace theirs; the others' stay
     d = out / family
     runs = {}
     for f in sorted(d.glob("*-*.txt")):
