@@ -114,7 +114,8 @@ for family in "${FAMILIES[@]}"; do
     # shellcheck disable=SC2086  # PROBE_TESTS is a list of test ids
     QEMU_CPU=$cpu in_root /bin/sh -c "cd /work/mnn-engine-${VENV##*/} && timeout $PROBE_TEST_TIMEOUT $VENV/bin/pytest -q \
       -p no:cacheprovider $PROBE_TESTS" >"$dir/pytest.log" 2>&1 || true
-    echo "$family tests: $(grep -E 'passed|failed|skipped' "$dir/pytest.log" | tail -1)"
+    echo "$family tests: $(grep -E 'passed|failed|skipped' "$dir/pytest.log" | tail -1 ||
+      echo "stopped by the ${PROBE_TEST_TIMEOUT}s bound after $(head -1 "$dir/pytest.log")")"
   fi
 done
 
@@ -134,7 +135,8 @@ for family in sys.argv[2:]:  # the families of this run replace theirs; the othe
     lines = tests.read_text().splitlines() if tests.exists() else []
     summary[family] = {"cpu": (d / "cpu.txt").read_text().splitlines()[0], "runs": runs,
                        "kernels": (d / "kernels.txt").read_text().split(),
-                       "tests": next((l for l in reversed(lines) if "passed" in l or "failed" in l), "not run"),
+                       "tests": next((l for l in reversed(lines) if "passed" in l or "failed" in l),
+                                     f"stopped by the time bound: {lines[0]}" if lines else "not run"),
                        "failed": [l for l in lines if l.startswith("FAILED")]}
 (out / "summary.json").write_text(json.dumps(summary, indent=1))
 print(json.dumps({f: {k: v["first_diff"] for k, v in s["runs"].items()} for f, s in summary.items()}, indent=1))
