@@ -61,7 +61,7 @@ def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkey
                     "## Peers", "## Load time", "## KV-cache quantisation",
                     "## Where decode time goes", "## Conversations", "## Prompt cache: where", "## Default threads",
                     "## Structured output", "## Speculative decoding", "## The batch-exactness patch",
-                    "## Prefill chunk size"):
+                    "## Prefill chunk size", "## Memory of the phone's path"):
         assert heading in text, heading
     assert "(not measured in this run)" not in text
     assert "| defaults: decode mnn / llama.cpp Q4_0 >= 1.3" in text

@@ -37,12 +37,12 @@ chroot "$CHROOT" /usr/bin/env -i HOME=/root PATH="$VENV/bin:/usr/bin:/bin" QEMU_
   "$(date +%Y-%m-%d)" "$(git rev-parse --short HEAD)"; cat "$OUT/result-$name.json.tmp"; echo '}'; } >"$OUT/result-$name.json"
 rm "$OUT/result-$name.json.tmp"
 python3 - "$OUT/result-$name.json" "$name" <<'PY'
-import json, platform, sys
+import json, os, platform, sys
 from pathlib import Path
 run, name = json.loads(Path(sys.argv[1]).read_text()), sys.argv[2]
 path = Path("bench-results/arm_memory.json")
 data = json.loads(path.read_text()) if path.exists() else {"runs": {}}
-data["machine"] = {"cpu": "aarch64 under " + run["qemu"], "cores": 1, "system": platform.system(),
+data["machine"] = {"cpu": "aarch64 under " + run["qemu"], "cores": os.cpu_count(), "system": platform.system(),
                    "python": run["result"]["python"], "date": run["date"]}
 data["runs"][name] = run
 path.write_text(json.dumps(data, indent=2) + "\n")

@@ -524,7 +524,7 @@ def main() -> None:
                 ("conversation", conversation_section), ("cache_exactness", cache_exactness_section),
                 ("threads", threads_section), ("structured", structured_section),
                 ("speculative", speculative_section), ("patch_cost", patch_cost_section),
-                ("prefill_chunk", prefill_chunk_section)]
+                ("prefill_chunk", prefill_chunk_section), ("arm_memory", arm_memory_section)]
     machine = None
     body: list[str] = []
     for name, render in sections:
