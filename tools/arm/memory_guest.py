@@ -94,14 +94,16 @@ class Sampler(threading.Thread):
         self.peaks: dict[str, dict[str, int]] = {}
         self.samples = 0
         self._done = threading.Event()
+        self._lock = threading.Lock()  # the sampling thread and enter()/stop() both take samples
 
     def take(self) -> None:
-        now = sample(self.path)
-        now["guest"] = now["anonymous"] + now["code"] + now["files"]
-        peak = self.peaks.setdefault(self.phase, dict(now))
-        if now["guest"] > peak["guest"]:
-            peak.update(now)
-        self.samples += 1
+        with self._lock:
+            now = sample(self.path)
+            now["guest"] = now["anonymous"] + now["code"] + now["files"]
+            peak = self.peaks.setdefault(self.phase, dict(now))
+            if now["guest"] > peak["guest"]:
+                peak.update(now)
+            self.samples += 1
 
     def run(self) -> None:
         while not self._done.wait(self.interval):
@@ -109,7 +111,8 @@ class Sampler(threading.Thread):
 
     def enter(self, phase: str) -> None:
         self.take()  # the end of the phase before
-        self.phase = phase
+        with self._lock:
+            self.phase = phase
         self.take()
 
     def stop(self) -> None:
