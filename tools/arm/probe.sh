@@ -23,7 +23,9 @@
 # Then, per family, the exactness tests under that CPU (PROBE_TESTS, default
 # below: rows alone against every batch split, the load-time checks, int4
 # speculation against plain decoding, the prompt cache against fresh
-# prefills), bounded by PROBE_TEST_TIMEOUT seconds; PROBE_TESTS= skips them.
+# prefills), bounded by PROBE_TEST_TIMEOUT seconds; PROBE_TESTS= skips them,
+# PROBE_ONLY_TESTS=1 runs only them, into pytest-only.log (the probe's and the stub's
+# results and the full run's pytest.log kept).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -91,31 +93,34 @@ for family in "${FAMILIES[@]}"; do
   mkdir -p "$dir"
   echo "$QEMU_VERSION -cpu $cpu" >"$dir/cpu.txt"
   QEMU_CPU=$cpu chroot "$CHROOT" grep -m1 Features /proc/cpuinfo >>"$dir/cpu.txt"
-  for model in tiny tiny-int8 smollm2-135m; do
-    for precision in low high; do
-      config="{\"batch_independent_rows\": true, \"precision\": \"$precision\", \"thread_num\": 1${PROBE_CONFIG:+, $PROBE_CONFIG}}"
-      printf '%s %s %s: ' "$family" "$model" "$precision"
-      QEMU_CPU=$cpu in_root "$PROBE" "/models/$model/config.json" "$config" 8 20 >"$dir/$model-$precision.txt" 2>&1 || true
-      tail -1 "$dir/$model-$precision.txt"
+  if [ -z "${PROBE_ONLY_TESTS:-}" ]; then
+    for model in tiny tiny-int8 smollm2-135m; do
+      for precision in low high; do
+        config="{\"batch_independent_rows\": true, \"precision\": \"$precision\", \"thread_num\": 1${PROBE_CONFIG:+, $PROBE_CONFIG}}"
+        printf '%s %s %s: ' "$family" "$model" "$precision"
+        QEMU_CPU=$cpu in_root "$PROBE" "/models/$model/config.json" "$config" 8 20 >"$dir/$model-$precision.txt" 2>&1 || true
+        tail -1 "$dir/$model-$precision.txt"
+      done
     done
-  done
-  # the kernels a short generation runs (int4, precision low as mnn-engine's default), first use each:
-  # a breakpoint on every MNN GEMM, matmul and dynamic-quantisation kernel of the library's .symtab (our
-  # build does not strip it), each printing its name once and disabling itself
-  QEMU_CPU=$cpu PROBE_GDB=$GDB_PORT in_root "$PROBE" /models/smollm2-135m/config.json \
-    '{"batch_independent_rows": true, "thread_num": 1}' 4 8 >/dev/null 2>&1 &
-  for _ in $(seq 120); do ss -ltn | grep -q ":$GDB_PORT " && break; sleep 1; done
-  timeout 1800 gdb-multiarch -q -batch -ex "set sysroot $CHROOT" -ex "set pagination off" -ex "set confirm off" \
-    -ex "target remote :$GDB_PORT" -ex "catch load libMNN.so" -ex continue -x "$OUT/kernels.gdb" \
-    "$CHROOT$PROBE" 2>&1 | sed -nE 's/^([A-Za-z0-9_]+)( \+ [0-9]+)? in section .*/\1/p' >"$dir/kernels.txt" || true
-  wait || true
-  echo "$family kernels: $(tr '\n' ' ' <"$dir/kernels.txt")"
+    # the kernels a short generation runs (int4, precision low as mnn-engine's default), first use each:
+    # a breakpoint on every MNN GEMM, matmul and dynamic-quantisation kernel of the library's .symtab (our
+    # build does not strip it), each printing its name once and disabling itself
+    QEMU_CPU=$cpu PROBE_GDB=$GDB_PORT in_root "$PROBE" /models/smollm2-135m/config.json \
+      '{"batch_independent_rows": true, "thread_num": 1}' 4 8 >/dev/null 2>&1 &
+    for _ in $(seq 120); do ss -ltn | grep -q ":$GDB_PORT " && break; sleep 1; done
+    timeout 1800 gdb-multiarch -q -batch -ex "set sysroot $CHROOT" -ex "set pagination off" -ex "set confirm off" \
+      -ex "target remote :$GDB_PORT" -ex "catch load libMNN.so" -ex continue -x "$OUT/kernels.gdb" \
+      "$CHROOT$PROBE" 2>&1 | sed -nE 's/^([A-Za-z0-9_]+)( \+ [0-9]+)? in section .*/\1/p' >"$dir/kernels.txt" || true
+    wait || true
+    echo "$family kernels: $(tr '\n' ' ' <"$dir/kernels.txt")"
+  fi
   if [ -n "$PROBE_TESTS" ]; then
+    log=pytest${PROBE_ONLY_TESTS:+-only}.log # a tests-only run keeps the full run's log
     # shellcheck disable=SC2086  # PROBE_TESTS is a list of test ids
     QEMU_CPU=$cpu in_root /bin/sh -c "cd /work/mnn-engine-${VENV##*/} && timeout $PROBE_TEST_TIMEOUT $VENV/bin/pytest -q \
-      -p no:cacheprovider $PROBE_TESTS" >"$dir/pytest.log" 2>&1 || true
-    echo "$family tests: $(grep -E 'passed|failed|skipped' "$dir/pytest.log" | tail -1 ||
-      echo "stopped by the ${PROBE_TEST_TIMEOUT}s bound after $(head -1 "$dir/pytest.log")")"
+      -p no:cacheprovider $PROBE_TESTS" >"$dir/$log" 2>&1 || true
+    echo "$family tests: $(grep -E 'passed|failed|skipped' "$dir/$log" | tail -1 ||
+      echo "stopped by the ${PROBE_TEST_TIMEOUT}s bound after $(head -1 "$dir/$log")")"
   fi
 done
 
@@ -131,13 +136,15 @@ for family in sys.argv[2:]:  # the families of this run replace theirs; the othe
         lines = f.read_text().splitlines()
         runs[f.stem] = {"first_diff": next((l for l in reversed(lines) if l.startswith("first_diff")), "no result"),
                         "differing_ops": [l.split()[1] + " " + l.split()[2] for l in lines if " DIFF " in l]}
-    tests = d / "pytest.log"
-    lines = tests.read_text().splitlines() if tests.exists() else []
+    tests, failed = {}, []
+    for log in sorted(d.glob("pytest*.log")):  # pytest.log: the full run's; pytest-only.log: a tests-only run's
+        lines = log.read_text().splitlines()
+        tests[log.stem] = next((l for l in reversed(lines) if "passed" in l or "failed" in l),
+                               f"stopped by the time bound: {lines[0]}" if lines else "no output")
+        failed += [l for l in lines if l.startswith("FAILED")]
     summary[family] = {"cpu": (d / "cpu.txt").read_text().splitlines()[0], "runs": runs,
-                       "kernels": (d / "kernels.txt").read_text().split(),
-                       "tests": next((l for l in reversed(lines) if "passed" in l or "failed" in l),
-                                     f"stopped by the time bound: {lines[0]}" if lines else "not run"),
-                       "failed": [l for l in lines if l.startswith("FAILED")]}
+                       "kernels": (d / "kernels.txt").read_text().split(), "tests": tests or "not run",
+                       "failed": failed}
 (out / "summary.json").write_text(json.dumps(summary, indent=1))
 print(json.dumps({f: {k: v["first_diff"] for k, v in s["runs"].items()} for f, s in summary.items()}, indent=1))
 PY
