@@ -31,6 +31,14 @@ MAX_PIXELS = 16 * 1024 * 1024
 
 #: the longest sound accepted (Qwen2-Audio's encoder: 1,500 positions of 20 ms)
 MAX_AUDIO_SECONDS = 30.0
+#: the shortest: MNN's loader resamples to 16 kHz, and under about 200 samples there its
+#: reflect-padded STFT and the encoder's shapes fail; 6 ms (100 samples) killed the process (SIGSEGV)
+MIN_AUDIO_SECONDS = 0.1
+#: the sample rates accepted: what recordings use (telephone 8 kHz to studio 192 kHz); MNN's
+#: resampling of an extreme rate turns a short file into too few samples, or into far too many
+AUDIO_RATES = (8000, 192000)
+#: channels accepted (MNN mixes them down)
+MAX_AUDIO_CHANNELS = 8
 
 
 class MediaRefused(ValueError):
@@ -141,6 +149,9 @@ def read_wav_header(data: bytes, *, complete: bool = True) -> WavHeader:
     if fmt not in (1, 3) or bits not in (8, 16, 32) or channels < 1 or rate < 1 or \
             align != channels * bits // 8 or byte_rate != rate * align:
         raise MediaRefused("the WAV must be PCM (8, 16 or 32 bits) or IEEE float, with a consistent header")
+    if not AUDIO_RATES[0] <= rate <= AUDIO_RATES[1] or channels > MAX_AUDIO_CHANNELS:
+        raise MediaRefused(f"the WAV's sample rate must be {AUDIO_RATES[0]}-{AUDIO_RATES[1]} Hz and its channels "
+                           f"at most {MAX_AUDIO_CHANNELS} (this one: {rate} Hz, {channels})")
     at = 20 + struct.unpack("<I", data[16:20])[0]
     while at + 8 <= len(data):
         kind, size = data[at:at + 4], struct.unpack("<I", data[at + 4:at + 8])[0]
@@ -150,8 +161,9 @@ def read_wav_header(data: bytes, *, complete: bool = True) -> WavHeader:
                 raise MediaRefused("the WAV is truncated (fewer samples than its header declares)")
             if seconds > MAX_AUDIO_SECONDS:
                 raise MediaRefused(f"the sound is {seconds:.0f} s long; at most {MAX_AUDIO_SECONDS:.0f} s")
-            if seconds <= 0:
-                raise MediaRefused("the WAV has no samples")
+            if seconds < MIN_AUDIO_SECONDS:
+                raise MediaRefused(f"the sound is {seconds * 1000:.0f} ms long; at least "
+                                   f"{MIN_AUDIO_SECONDS * 1000:.0f} ms")
             return WavHeader(channels, rate, bits, seconds)
         at += 8 + size + (size & 1)
     raise MediaRefused("the WAV is truncated (no data chunk)")

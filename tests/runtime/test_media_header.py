@@ -70,3 +70,27 @@ def test_a_wav_as_mnn_reads_it():
         read_wav_header(b"OggS" + b"\0" * 60)
     big = wav(1.0)
     assert read_wav_header(big[:1000], complete=False).seconds == 1.0  # a file read in part: its declared length
+
+
+@pytest.mark.parametrize(("sound", "says"), [
+    (lambda wav: wav(0.006), "at least 100 ms"),  # 100 samples: MNN's loader crashed the process (SIGSEGV)
+    (lambda wav: wav(0.001, rate=4_000_000), "sample rate"),  # resampled to 16 kHz: 16 samples
+    (lambda wav: wav(20.0, rate=1), "sample rate"),  # 20 samples MNN would stretch to 20 s
+    (lambda wav: wav(1.0, rate=7999), "sample rate"),
+])
+def test_wavs_mnn_cannot_hear_are_refused(sound, says):
+    from media_samples import wav
+
+    from mnn_engine.runtime.media_header import read_wav_header
+
+    with pytest.raises(MediaRefused, match=says):
+        read_wav_header(sound(wav))
+
+
+def test_the_wav_bounds_themselves_are_accepted():
+    from media_samples import wav
+
+    from mnn_engine.runtime.media_header import AUDIO_RATES, MIN_AUDIO_SECONDS, read_wav_header
+
+    for rate in AUDIO_RATES:
+        assert read_wav_header(wav(MIN_AUDIO_SECONDS, rate=rate)).sample_rate == rate

@@ -15,6 +15,7 @@ from support import test_model_dir
 
 from mnn_engine import Llm, MnnEngineError
 from mnn_engine.runtime.media import trusted
+from mnn_engine.runtime.media_header import AUDIO_RATES, MIN_AUDIO_SECONDS
 
 QUESTION = "What do you hear?"
 #: one second of 16 kHz sound: 100 mel frames, halved by the encoder's convolution and its pooling, and
@@ -42,6 +43,10 @@ def test_the_python_api_hears_through_the_audio_graph(tmp_path):
         tokens, first = top(low)
         assert tokens == text.prompt_tokens + ONE_SECOND_TOKENS
         assert top(low)[1] == first and top(high)[1] != first  # the same sound, the same logits; another, other
+        for rate in AUDIO_RATES:  # the shortest sound at the extreme rates accepted: MNN's encoder hears it
+            edge = tmp_path / f"edge-{rate}.wav"
+            edge.write_bytes(wav(MIN_AUDIO_SECONDS, rate=rate))
+            assert top(edge)[0] > text.prompt_tokens
         bad = tmp_path / "bad.wav"
         bad.write_bytes(b"ID3" + b"\0" * 200)  # an MP3: MNN's loader reads WAV only
         with trusted(bad, kind="audio"), pytest.raises(MnnEngineError) as err:
@@ -77,6 +82,8 @@ def _truncated() -> bytes:
     (_audio_part(b"ID3\x04" + b"\0" * 64, "mp3"), "WAV only"),
     (_audio_part(b"ID3\x04" + b"\0" * 64), "this one is MP3"),
     (_audio_part(wav(31.0)), "at most 30 s"),
+    (_audio_part(wav(0.006)), "at least 100 ms"),  # MNN's loader killed the server (SIGSEGV) on this one
+    (_audio_part(wav(0.001, rate=4_000_000)), "sample rate"),
     (_audio_part(_truncated()), "truncated"),
     (_audio_part(b"RIFF\0\0\0\0WAVEfmt " + struct.pack("<IHHIIHH", 16, 2, 1, 16000, 32000, 2, 16)  # ADPCM
                  + b"data" + struct.pack("<I", 4) + b"\0" * 4), "PCM"),
