@@ -9,6 +9,8 @@ import base64
 import struct
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 from live_server import Live
 from media_samples import png, wav
 from support import test_model_dir
@@ -105,3 +107,43 @@ def test_an_image_for_a_sound_model_and_a_sound_for_a_text_model_are_400(audio_s
         assert status == 400 and "does not take sound" in body["error"]["message"]
     finally:
         text_model.close()
+
+
+def _raw_wav(fmt: int, channels: int, rate: int, bits: int, frames: int, fill: int) -> bytes:
+    align = channels * bits // 8
+    data = bytes([fill]) * (frames * align)
+    return (b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVEfmt "
+            + struct.pack("<IHHIIHH", 16, fmt, channels, rate, (rate * align) & 0xFFFFFFFF, align, bits)
+            + b"data" + struct.pack("<I", len(data)) + data)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fmt=st.sampled_from([1, 3]), channels=st.integers(1, 10),
+       rate=st.one_of(st.sampled_from([7999, 8000, 11025, 16000, 44100, 48000, 96000, 192000, 192001]),
+                      st.integers(8000, 192_000), st.integers(1, 4_000_000)),
+       bits=st.sampled_from([8, 16, 32]), seconds=st.floats(0.0, 0.6), fill=st.integers(0, 255))
+def test_wav_header_fields_never_crash_the_real_encoder(audio_llm, tmp_path, fmt, channels, rate, bits, seconds,
+                                                        fill):
+    """Every header MNN is given (the ones read_wav_header accepts) goes through MNN's real loader
+    and audio graph, in this process: a crash there fails the run."""
+    from mnn_engine.runtime.media_header import MediaRefused, read_wav_header
+
+    data = _raw_wav(fmt, channels, rate, bits, min(int(seconds * rate), 200_000), fill)
+    try:
+        read_wav_header(data)
+    except MediaRefused:
+        return
+    event("given to MNN")
+    path = tmp_path / "fuzz.wav"
+    path.write_bytes(data)
+    with trusted(path, kind="audio"):
+        try:
+            audio_llm.generate([{"role": "user", "content": f"<audio>{path}</audio>{QUESTION}"}], max_tokens=1)
+        except MnnEngineError as err:  # a clear refusal is fine; a crash is not
+            assert err.code in ("invalid_argument", "bad_media", "media"), err
+
+
+@pytest.fixture(scope="module")
+def audio_llm():
+    with Llm(test_model_dir("tiny-audio"), thread_num=2) as llm:
+        yield llm
