@@ -40,8 +40,45 @@ def png_bomb(side: int = 60000) -> bytes:
             + _chunk(b"IDAT", zlib.compress(b"\x00" * 4096)) + _chunk(b"IEND", b""))
 
 
+def _png_of(ihdr: bytes, *chunks: bytes) -> bytes:
+    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + b"".join(chunks) + _chunk(b"IEND", b"")
+
+
+def _rgb_ihdr(width: int, height: int, colour_type: int = 2, interlace: int = 0) -> bytes:
+    return struct.pack(">IIBBBBB", width, height, 8, colour_type, 0, 0, interlace)
+
+
+#: PNGs whose header is sound and whose content is not, each as the third red-team round sent it (#42
+#: items 7 and 8): MNN's stb_image looped for good on the first (the zlib stream cut inside a deflate
+#: block) and skipped the others silently, answering as if no image had been sent
+MALFORMED_PNGS = {
+    "zlib stream cut in a deflate block": _png_of(_rgb_ihdr(32, 32), _chunk(b"IDAT", zlib.compress(
+        bytes(range(256)) * 13, 9)[:40])),
+    "empty IDAT": _png_of(_rgb_ihdr(8, 8), _chunk(b"IDAT", b"")),
+    "IDAT only inside tEXt": _png_of(_rgb_ihdr(8, 8), _chunk(b"tEXt", b"Comment\0IDAT" + zlib.compress(b"\0" * 200))),
+    "palette image without PLTE": _png_of(_rgb_ihdr(8, 8, colour_type=3), _chunk(b"IDAT", zlib.compress(
+        b"\0" * 8 * 9))),
+    "undefined interlace method": _png_of(_rgb_ihdr(8, 8, interlace=2), _chunk(b"IDAT", zlib.compress(
+        b"\0" * 8 * 25))),
+    "8192x2048 over one pixel of data": _png_of(_rgb_ihdr(8192, 2048), _chunk(b"IDAT", zlib.compress(b"\0\1\2\3"))),
+    "a wrong CRC": png(8, 8)[:-13] + b"\0\0\0\0" + png(8, 8)[-12:],
+}
+
+
 def data_url(data: bytes, mime: str = "image/png") -> str:
     return f"data:{mime};base64," + base64.b64encode(data).decode()
+
+
+def raw_wav(fmt: int, channels: int, rate: int, bits: int, frames: int, fill: int = 0) -> bytes:
+    """A WAV of any header fields, consistent or not, laid out as the RIFF WAVE format has it (a
+    ``fmt `` chunk of 16 bytes: format tag, channels, rate, byte rate, block align, bits; then
+    ``data``), as MNN's loader (tools/audio/source/audio.cpp) reads it: what ``wave`` refuses
+    to write (float, ADPCM tags, any rate). A byte rate past 32 bits wraps, as a C writer's would."""
+    align = channels * bits // 8
+    data = bytes([fill]) * (frames * align)
+    return (b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVEfmt "
+            + struct.pack("<IHHIIHH", 16, fmt, channels, rate, (rate * align) & 0xFFFFFFFF, align, bits)
+            + b"data" + struct.pack("<I", len(data)) + data)
 
 
 def wav(seconds: float = 1.0, frequency: float = 440.0, rate: int = 16000) -> bytes:

@@ -28,7 +28,8 @@ from typing import Any
 from ..errors import MnnEngineError
 from ..runtime import media
 from ..runtime.generation import GenerationResult, TokenLogprob
-from ..runtime.media_header import MediaRefused, read_image_header, read_wav_header
+from ..runtime.image_decode import decode_image
+from ..runtime.media_header import MediaRefused, read_wav_header
 from ..runtime.prompt import ChatMessages, chat_messages
 from ..scratch import scratch_dir
 
@@ -303,11 +304,11 @@ def _image_file(spec: Any, where: str, policy: MediaPolicy, request: ChatRequest
         raise bad(where, "image URLs must be data: URLs (the server fetches nothing from the network)")
     if not data:
         raise bad(where, "the image is empty")
-    try:  # before MNN decodes it: a format it reads, a size it can hold (runtime/media_header.py)
-        suffix = "." + read_image_header(data).format
+    try:  # decoded in full here; MNN reads the pixels back from a plain BMP (runtime/image_decode.py)
+        pixels = decode_image(data)
     except MediaRefused as exc:
         raise bad(where, f"{where}: {exc}") from exc
-    return _private_file(request, data, suffix, "img")
+    return _private_file(request, pixels, ".bmp", "img")
 
 
 def _audio_file(spec: Any, where: str, policy: MediaPolicy, request: ChatRequest) -> str:

@@ -36,6 +36,8 @@ _STAGES = {
     "tokenize": "tokenizing text",
     "vocabulary": "reading the vocabulary",
     "template": "applying the chat template",
+    "image": "running the visual encoder on a first image",
+    "sound": "running the audio encoder on a first sound",
 }
 
 

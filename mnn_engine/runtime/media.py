@@ -21,12 +21,15 @@ from collections import Counter
 from collections.abc import Iterator
 
 from ..errors import MnnEngineError
-from .media_header import MediaRefused, read_image_header, read_wav_header
+from .image_decode import check_image
+from .media_header import MediaRefused, read_wav_header
 
 WORD_JOINER = "\u2060"
 #: what is read of a media file to check its header (a JPEG's frame header may follow large metadata;
 #: a WAV's data chunk may follow others)
 MAX_HEADER_BYTES = 4 * 1024 * 1024
+#: the largest image file decoded (16 megapixels as an uncompressed 24-bit BMP: 48 MiB)
+MAX_IMAGE_BYTES = 64 * 1024 * 1024
 #: any opening or closing tag MNN treats specially inside text
 _ANY_TAG = re.compile(r"</?(?:img|audio|video|hw)>", re.IGNORECASE)
 #: the tags that name a file
@@ -90,13 +93,16 @@ def tagged_files(text: str) -> list[tuple[str, str]]:
 def check_files(text: str) -> None:
     """Refuse a registered image or sound that MNN's decoders should not be
     given (``media_header``: a format they do not read, too many pixels or
-    seconds, truncated): MNN would skip it silently, or decode a bomb."""
+    seconds, truncated; an image is decoded in full, ``image_decode``): MNN
+    would skip it silently, decode a bomb, or loop on it."""
     for kind, path in tagged_files(text):
         try:
             with open(path, "rb") as media_file:
-                data = media_file.read(MAX_HEADER_BYTES)
+                data = media_file.read(MAX_IMAGE_BYTES + 1 if kind == "img" else MAX_HEADER_BYTES)
             if kind == "img":
-                read_image_header(data)
+                if len(data) > MAX_IMAGE_BYTES:
+                    raise MediaRefused(f"the image file is larger than {MAX_IMAGE_BYTES >> 20} MiB")
+                check_image(data)
             elif kind == "audio":
                 read_wav_header(data, complete=len(data) < MAX_HEADER_BYTES)
         except (OSError, MediaRefused) as exc:

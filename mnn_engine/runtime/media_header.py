@@ -21,6 +21,7 @@ positions of 20 ms). ``read_wav_header`` checks the same, and the length.
 from __future__ import annotations
 
 import struct
+import zlib
 from dataclasses import dataclass
 
 #: the longest side accepted, in pixels (phones' cameras: 4000-8000)
@@ -71,18 +72,52 @@ def read_image_header(data: bytes) -> ImageHeader:
     if max(header.width, header.height) > MAX_SIDE or header.width * header.height > MAX_PIXELS:
         raise MediaRefused(f"the image is {header.width}x{header.height} pixels; at most {MAX_SIDE} a side and "
                            f"{MAX_PIXELS // 2**20} megapixels are accepted (shrink it first)")
+    if header.format == "png":
+        _png_chunks(data)
     return header
 
 
 def _png(data: bytes) -> ImageHeader:
     if len(data) < 33 or data[12:16] != b"IHDR":
         raise MediaRefused("the PNG is truncated (no IHDR chunk)")
-    width, height, depth, colour = struct.unpack(">IIBB", data[16:26])
-    if b"IDAT" not in data[33:]:
-        raise MediaRefused("the PNG has no image data (IDAT)")
-    if depth not in (1, 2, 4, 8, 16) or colour not in (0, 2, 3, 4, 6):
+    width, height, depth, colour, compression, filtering, interlace = struct.unpack(">IIBBBBB", data[16:29])
+    if depth not in (1, 2, 4, 8, 16) or colour not in (0, 2, 3, 4, 6) or compression or filtering:
         raise MediaRefused("the PNG's header is malformed")
+    if interlace not in (0, 1):
+        raise MediaRefused(f"the PNG's interlace method {interlace} is undefined")
     return ImageHeader("png", width, height)
+
+
+def _png_chunks(data: bytes) -> None:
+    """The PNG's chunks walked as the format lays them out (each whole, its CRC right): a
+    PLTE before the image data of a palette image, the IDAT chunks together and not empty,
+    then IEND. MNN's stb skipped such images silently, or looped on them."""
+    palette_image = data[25] == 3
+    at, seen, idat_bytes, idat_ended = 8, set(), 0, False
+    while True:
+        if at + 12 > len(data):
+            raise MediaRefused("the PNG is truncated (it ends inside a chunk or before IEND)")
+        (length,) = struct.unpack(">I", data[at:at + 4])
+        kind = data[at + 4:at + 8]
+        end = at + 12 + length
+        if length > 0x7FFFFFFF or end > len(data):
+            raise MediaRefused(f"the PNG is truncated (its {kind.decode('latin-1')!r} chunk is cut off)")
+        if zlib.crc32(data[at + 4:end - 4]) != struct.unpack(">I", data[end - 4:end])[0]:
+            raise MediaRefused(f"the PNG is corrupt (its {kind.decode('latin-1')!r} chunk's CRC is wrong)")
+        if kind == b"IDAT":
+            if idat_ended:
+                raise MediaRefused("the PNG's image data (IDAT) is split by other chunks")
+            if palette_image and b"PLTE" not in seen:
+                raise MediaRefused("the PNG is a palette image without a palette (PLTE)")
+            idat_bytes += length
+        elif b"IDAT" in seen:
+            idat_ended = True
+        if kind == b"IEND":
+            break
+        seen.add(kind)
+        at = end
+    if idat_bytes == 0:
+        raise MediaRefused("the PNG has no image data (IDAT)")
 
 
 def _jpeg(data: bytes) -> ImageHeader:
@@ -146,7 +181,7 @@ def read_wav_header(data: bytes, *, complete: bool = True) -> WavHeader:
     if len(data) < 44 or data[12:16] != b"fmt ":
         raise MediaRefused("the WAV is truncated or has chunks before its fmt chunk (MNN reads fmt first)")
     fmt, channels, rate, byte_rate, align, bits = struct.unpack("<HHIIHH", data[20:36])
-    if fmt not in (1, 3) or bits not in (8, 16, 32) or channels < 1 or rate < 1 or \
+    if fmt not in (1, 3) or bits not in (8, 16, 32) or channels < 1 or \
             align != channels * bits // 8 or byte_rate != rate * align:
         raise MediaRefused("the WAV must be PCM (8, 16 or 32 bits) or IEEE float, with a consistent header")
     if not AUDIO_RATES[0] <= rate <= AUDIO_RATES[1] or channels > MAX_AUDIO_CHANNELS:

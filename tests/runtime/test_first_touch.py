@@ -103,3 +103,18 @@ def test_fuzzed_model_files_never_kill_the_process(tmp_path, name, how, seed):
 @given(st.sampled_from(FILES), st.sampled_from(["truncate", "flip", "random"]), st.integers(0, 2**32))
 def test_fuzzed_model_files_never_kill_the_process_long(tmp_path, name, how, seed):
     _open(_damaged(tmp_path, name, how, random.Random(seed)))
+
+
+def test_a_vision_model_whose_visual_graph_is_a_text_graph_is_invalid_at_load(tmp_path):
+    """#42 item 4: ``is_visual`` with the text graph copied in as visual.mnn passed every load check
+    and killed the server (SIGSEGV) on its first image. The first-touch child now runs the visual
+    graph on an image too; the crash there is this model's invalid_model, and this process lives."""
+    model = tmp_path / "wrong-visual"
+    shutil.copytree(test_model_dir("tiny-vision"), model)
+    shutil.copyfile(model / "llm.mnn", model / "visual.mnn")
+    with pytest.raises(MnnEngineError) as err:
+        Llm(model).load()
+    assert err.value.code == "invalid_model", err.value
+    assert "visual encoder" in err.value.message or "visual" in err.value.message, err.value.message
+    with Llm(test_model_dir("tiny-vision")) as sound:  # the real one still loads (its own marker)
+        assert sound.generate("hi", max_tokens=1, temperature=0).text is not None

@@ -84,3 +84,42 @@ def test_an_image_prompt_never_generated_from_leaves_nothing_behind(vision, tmp_
         assert err.value.code == "context_length_exceeded"
     _, after = _first_token(vision, red)
     assert after == alone
+
+
+def _pillow_png(mode: str) -> bytes:
+    import io
+
+    from PIL import Image
+
+    gradient = Image.linear_gradient("L").resize((61, 47))
+    image = Image.merge("RGB", [gradient, gradient.rotate(90), gradient.rotate(180)]).convert(mode) \
+        if mode != "I;16" else gradient.point(lambda v: v * 257).convert("I;16")
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "L", "LA", "P", "I;16"])
+def test_the_bmp_the_server_writes_gives_mnn_the_pixels_of_the_png(vision, tmp_path, mode):
+    """The server hands MNN a BMP of Pillow's decode (runtime/image_decode.py), never the client's
+    PNG: the encoder's logits from that BMP equal, bit for bit, those from MNN decoding the PNG itself
+    with stb_image (alpha dropped, palette expanded, 16-bit cut to 8 as stb does)."""
+    from mnn_engine.runtime.image_decode import decode_image
+
+    original, rewritten = tmp_path / "original.png", tmp_path / "decoded.bmp"
+    original.write_bytes(_pillow_png(mode))
+    rewritten.write_bytes(decode_image(original.read_bytes()))
+    assert _first_token(vision, rewritten)[1] == _first_token(vision, original)[1]
+
+
+def test_a_png_mnn_would_loop_on_is_refused_before_mnn_reads_it(vision, tmp_path):
+    """#42 item 7: a 97-byte PNG whose zlib stream is cut inside a deflate block sent stb_image into an
+    endless loop on the generation thread; a file named through trusted() is now decoded in full first."""
+    from media_samples import MALFORMED_PNGS
+
+    for name, data in MALFORMED_PNGS.items():
+        path = tmp_path / "broken.png"
+        path.write_bytes(data)
+        with pytest.raises(MnnEngineError) as refused:
+            _first_token(vision, path)
+        assert refused.value.code == "invalid_argument" and str(path) in refused.value.message, name

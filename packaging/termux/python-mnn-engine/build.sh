@@ -23,6 +23,8 @@ TERMUX_PKG_SHA256=2e9b5443ec6b26d53afd6c1ea95a07c9d2777a161371e30fe5b12254cabd45
 TERMUX_PKG_DEPENDS="libc++, mnn, python, python-pip"
 # suggested, as llama-cpp suggests its backends: a GPU backend helps only with the right driver
 TERMUX_PKG_SUGGESTS="mnn-backend-opencl, mnn-backend-vulkan"
+# the vision extra: images are decoded by Pillow before MNN sees them (refused without it)
+TERMUX_PKG_RECOMMENDS="python-pillow"
 # aarch64 only: every phone. arm and i686 are 32-bit (llama-cpp excludes them
 # too); x86_64 (Chromebooks, emulators) was never built for Android nor
 # replayed, and would compile patch 0002's x86 kernels with the NDK's clang:
