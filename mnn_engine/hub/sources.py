@@ -290,9 +290,10 @@ def _read_json(url: str, headers: dict[str, str], what: str, source: str,
 _NEXT_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
 
 
-def _read_listing(response: Any, what: str) -> bytes:
+def _read_listing(response: Any, what: str, stop: threading.Event | None = None) -> bytes:
     """A listing's bytes, at most ``MAX_LISTING_BYTES`` + 1, within
-    ``LISTING_DEADLINE_S`` (each read still waits at most the socket's timeout)."""
+    ``LISTING_DEADLINE_S`` (each read still waits at most the socket's timeout);
+    ``stop`` set (the pull's client left): given up at the next read."""
     deadline = time.monotonic() + LISTING_DEADLINE_S
     chunks: list[bytes] = []
     size = 0
@@ -302,6 +303,8 @@ def _read_listing(response: Any, what: str) -> bytes:
             break
         chunks.append(chunk)
         size += len(chunk)
+        if stop is not None and stop.is_set():
+            raise MnnEngineError("pull_cancelled", f"{what}: the pull was stopped", param="model")
         if time.monotonic() > deadline:
             raise MnnEngineError("pull_failed", f"{what}: the source sent {size} bytes in {LISTING_DEADLINE_S:.0f} s "
                                  "and had not finished (a listing must arrive within that)")
@@ -317,7 +320,7 @@ def _read_json_page(url: str, headers: dict[str, str], what: str, source: str,
     while True:  # a dropped connection is tried again too, as an HTTP 5xx is by open_url
         try:
             with open_url(url, headers, what=what, source=source, policy=policy, retry=retry) as response:
-                data = _read_listing(response, what)
+                data = _read_listing(response, what, retry.stop)
                 link = _NEXT_LINK.search(response.headers.get("Link") or "")
             break
         except MnnEngineError:
@@ -371,18 +374,19 @@ def _check_repo(repo: str) -> str:
 
 
 # ---------------------------------------------------------------- Hugging Face
-def list_hf(repo: str, revision: str = "main") -> Listing:
-    """The files of a Hugging Face model repository at ``revision``."""
+def list_hf(repo: str, revision: str = "main", retry: Retry | None = None) -> Listing:
+    """The files of a Hugging Face model repository at ``revision`` (``retry``: how its
+    requests are tried again, and the stop that ends them)."""
     _check_repo(repo)
     headers = _token_header("hf")
     base = config.hf_endpoint()
     info = _read_json(f"{base}/api/models/{repo}/revision/{urllib.parse.quote(revision, safe='')}",
-                      headers, f"hf:{repo}@{revision}", "hf")
+                      headers, f"hf:{repo}@{revision}", "hf", retry=retry)
     commit = info.get("sha") if isinstance(info, dict) else None
     if not isinstance(commit, str) or not _SHA1.match(commit):
         raise MnnEngineError("pull_failed", f"hf:{repo}: the hub's answer has no commit")
     files = []
-    for entry in _hf_tree(base, repo, commit, headers):
+    for entry in _hf_tree(base, repo, commit, headers, retry):
         path = _check_relative(entry.get("path"), f"hf:{repo}")
         lfs = entry.get("lfs") or {}
         if not isinstance(lfs, dict):
@@ -406,7 +410,8 @@ def list_hf(repo: str, revision: str = "main") -> Listing:
 MAX_TREE_PAGES = 100
 
 
-def _hf_tree(base: str, repo: str, commit: str, headers: dict[str, str]) -> list[dict[str, Any]]:
+def _hf_tree(base: str, repo: str, commit: str, headers: dict[str, str],
+             retry: Retry | None = None) -> list[dict[str, Any]]:
     """Every file of the repository at ``commit``: the recursive tree listing,
     page after page (the revision info's ``siblings`` is cut short on large
     repositories; MNN's own downloader lists the tree too). Entries as
@@ -417,7 +422,7 @@ def _hf_tree(base: str, repo: str, commit: str, headers: dict[str, str]) -> list
     for _ in range(MAX_TREE_PAGES):
         if url is None:
             return entries
-        page, url = _read_json_page(url, headers, f"hf:{repo}@{commit}", "hf")
+        page, url = _read_json_page(url, headers, f"hf:{repo}@{commit}", "hf", retry=retry)
         if not isinstance(page, list):
             raise MnnEngineError("pull_failed", f"hf:{repo}: the hub's tree listing is not a list")
         entries += [e for e in (_object(e, f"hf:{repo}") for e in page) if e.get("type") != "directory"]
@@ -425,14 +430,14 @@ def _hf_tree(base: str, repo: str, commit: str, headers: dict[str, str]) -> list
 
 
 # ---------------------------------------------------------------- ModelScope
-def list_modelscope(repo: str, revision: str = "master") -> Listing:
-    """The files of a ModelScope model repository at ``revision``."""
+def list_modelscope(repo: str, revision: str = "master", retry: Retry | None = None) -> Listing:
+    """The files of a ModelScope model repository at ``revision`` (``retry`` as for ``list_hf``)."""
     _check_repo(repo)
     headers = _token_header("modelscope")
     base = config.modelscope_endpoint()
     query = urllib.parse.urlencode({"Revision": revision, "Recursive": "true"})
     answer = _read_json(f"{base}/api/v1/models/{repo}/repo/files?{query}", headers,
-                        f"modelscope:{repo}@{revision}", "modelscope")
+                        f"modelscope:{repo}@{revision}", "modelscope", retry=retry)
     if isinstance(answer, dict) and (answer.get("Success") is False or
                                      answer.get("Code", 200) not in (200, "200", None)):
         # an error in the body (modelscope_hub 0.5.1 _legacy_api.py checks Success and Code the same way)
@@ -523,8 +528,9 @@ def parse_manifest(data: Any, url: str, policy: UrlPolicy = DEFAULT_POLICY) -> L
     return Listing("manifest", url, version, version, tuple(files), {}, name=name, model_id=model_id, policy=policy)
 
 
-def list_manifest(url: str, policy: UrlPolicy = DEFAULT_POLICY) -> Listing:
-    return parse_manifest(_read_json(url, {}, _shown(url), "manifest", policy), url, policy)
+def list_manifest(url: str, policy: UrlPolicy = DEFAULT_POLICY, retry: Retry | None = None) -> Listing:
+    """The files a manifest at ``url`` lists (``retry`` as for ``list_hf``)."""
+    return parse_manifest(_read_json(url, {}, _shown(url), "manifest", policy, retry), url, policy)
 
 
 def version_tuple(text: str) -> tuple[int, ...] | None:

@@ -26,14 +26,17 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections import OrderedDict
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from ..errors import MnnEngineError
 from .grammar import COMPILE_STACK_BYTES, compile_matcher, llguidance_module, make_tokenizer
 
 #: a compile that takes longer is refused (the largest schema the limits allow takes ~5 s here)
 CHECK_TIMEOUT_S = 60.0
+#: how often a waiting check looks whether its request was cancelled
+CANCEL_POLL_S = 0.05
 #: verdicts remembered, by grammar hash (least recently used forgotten first)
 REMEMBERED = 1024
 
@@ -62,28 +65,41 @@ class GrammarSandbox:
     def __init__(self, stack_bytes: int | None = None) -> None:
         #: the child's compile thread stack (None: the engine's own, ``COMPILE_STACK_BYTES``)
         self.stack_bytes = stack_bytes
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one check at a time (one child)
+        self._verdicts_lock = threading.Lock()  # the remembered verdicts, read without waiting for a check
         self._child: subprocess.Popen[bytes] | None = None
         self._stderr: IO[bytes] | None = None  # the child's stderr: a file, so its warnings never fill a pipe
         self._vocabularies: set[str] = set()
         self._verdicts: OrderedDict[str, str | None] = OrderedDict()
 
-    def check(self, grammar: str, vocab_key: str, vocabulary: Any) -> str | None:
+    def known(self, grammar: str, vocab_key: str) -> bool:
+        """Whether the verdict on ``grammar`` is remembered (``check`` returns at once)."""
+        with self._verdicts_lock:
+            return _key(grammar, vocab_key) in self._verdicts
+
+    def check(self, grammar: str, vocab_key: str, vocabulary: Any,
+              cancelled: CancelFlag | None = None) -> str | None:
         """``vocabulary()`` gives ``(tokens, stop_ids)``, called only when the
-        child does not hold that vocabulary yet."""
-        key = hashlib.sha256(vocab_key.encode() + b"\0" + grammar.encode()).hexdigest()
+        child does not hold that vocabulary yet. ``cancelled`` set while the
+        child compiles: the child is ended, nothing is remembered and
+        ``generation_cancelled`` is raised (the next check starts a new child)."""
+        key = _key(grammar, vocab_key)
         with self._lock:
-            if key in self._verdicts:
-                self._verdicts.move_to_end(key)
-                return self._verdicts[key]
+            with self._verdicts_lock:
+                if key in self._verdicts:
+                    self._verdicts.move_to_end(key)
+                    return self._verdicts[key]
+            if cancelled is not None and cancelled.is_set():  # its request ended while it waited for the child
+                raise _cancelled()
             try:
-                verdict = self._ask(grammar, vocab_key, vocabulary)
+                verdict = self._ask(grammar, vocab_key, vocabulary, cancelled)
             except _NotAVerdict as exc:  # not remembered: the next check tries a new child
                 raise MnnEngineError("structured_output_unavailable", "the grammar checker's process failed to run: "
                                      f"{exc.args[0][0]}", param="response_format") from None
-            self._verdicts[key] = verdict
-            while len(self._verdicts) > REMEMBERED:
-                self._verdicts.popitem(last=False)
+            with self._verdicts_lock:
+                self._verdicts[key] = verdict
+                while len(self._verdicts) > REMEMBERED:
+                    self._verdicts.popitem(last=False)
             return verdict
 
     def _start(self) -> subprocess.Popen[bytes]:
@@ -99,7 +115,7 @@ class GrammarSandbox:
             self._vocabularies = set()
         return self._child
 
-    def _ask(self, grammar: str, vocab_key: str, vocabulary: Any) -> str | None:
+    def _ask(self, grammar: str, vocab_key: str, vocabulary: Any, cancelled: CancelFlag | None) -> str | None:
         child = self._start()
         assert child.stdin is not None and child.stdout is not None
         outcome: dict[str, Any] = {}
@@ -117,7 +133,13 @@ class GrammarSandbox:
 
         talker = threading.Thread(target=talk, name="mnn-engine-grammar-check", daemon=True)
         talker.start()
-        talker.join(CHECK_TIMEOUT_S)
+        deadline = time.monotonic() + CHECK_TIMEOUT_S
+        while talker.is_alive() and time.monotonic() < deadline:
+            talker.join(CANCEL_POLL_S)
+            if cancelled is not None and cancelled.is_set() and talker.is_alive():
+                self.close()
+                talker.join(5)
+                raise _cancelled()
         if talker.is_alive() or "died" in outcome:
             timed_out = talker.is_alive()
             returncode, stderr = self.close()
@@ -148,6 +170,20 @@ class GrammarSandbox:
             self._stderr.close()
             self._stderr = None
         return child.returncode, stderr.decode("utf-8", "replace")
+
+
+class CancelFlag(Protocol):
+    """What stops a waiting check: ``threading.Event`` or anything with ``is_set``."""
+
+    def is_set(self) -> bool: ...
+
+
+def _cancelled() -> MnnEngineError:
+    return MnnEngineError("generation_cancelled", "the request was cancelled while its grammar was checked")
+
+
+def _key(grammar: str, vocab_key: str) -> str:
+    return hashlib.sha256(vocab_key.encode() + b"\0" + grammar.encode()).hexdigest()
 
 
 class _NotAVerdict(Exception):

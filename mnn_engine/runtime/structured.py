@@ -18,13 +18,13 @@ import ctypes
 import hashlib
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..errors import MnnEngineError, invalid
 from .grammar import compile_matcher, llguidance_module, make_tokenizer
-from .grammar_sandbox import GrammarSandbox
+from .grammar_sandbox import CancelFlag, GrammarSandbox
 
 
 class GrammarModel(Protocol):
@@ -90,15 +90,37 @@ def tokenizer_for(llm: GrammarModel) -> ModelGrammarTokenizer:
         return built
 
 
+def _sandboxed(model: ModelGrammarTokenizer, grammar: str, what: str, cancelled: CancelFlag | None = None) -> None:
+    refused = _sandbox.check(grammar, model.key, lambda: (model.tokens, model.stops), cancelled)
+    if refused is not None:
+        raise invalid(what, refused if refused.startswith("not supported") else f"not supported: {refused}")
+
+
+def pending_check(llm: GrammarModel, options: Mapping[str, Any]) -> Callable[[CancelFlag], None] | None:
+    """The sandbox check that a generation with these options (``response_format``,
+    ``grammar``, ``tools``, ``tool_choice``) still needs, or None: no grammar, or
+    its verdict is known. A caller that holds a turn others wait for (the server's
+    generation queue) runs it outside that turn: a schema that takes the compiler
+    a minute then costs its own request a minute, not everyone's. The check
+    raises the refusal, or ``generation_cancelled`` once its event is set."""
+    chosen = grammar_for(options.get("response_format"), options.get("grammar"), options.get("tools"),
+                         options.get("tool_choice"))
+    if chosen is None:
+        return None
+    model = tokenizer_for(llm)
+    if _sandbox.known(chosen[0], model.key):
+        return None
+    return lambda cancelled: _sandboxed(model, chosen[0], chosen[1], cancelled)
+
+
 class Constraint:
     """One generation's grammar state, driven by the native loop."""
 
     def __init__(self, llm: GrammarModel, grammar: str, what: str) -> None:
         model = tokenizer_for(llm)
-        # first in the sandbox's child: a grammar that crashes llguidance takes only the child down
-        refused = _sandbox.check(grammar, model.key, lambda: (model.tokens, model.stops))
-        if refused is not None:
-            raise invalid(what, refused if refused.startswith("not supported") else f"not supported: {refused}")
+        # first in the sandbox's child: a grammar that crashes llguidance takes only the child down (the
+        # server has it checked before the generation's turn, ``pending_check``: then the verdict is known)
+        _sandboxed(model, grammar, what)
         self.matcher, self._first_mask = compile_matcher(model.tokenizer, grammar, what)
         self.what = what
 

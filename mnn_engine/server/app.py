@@ -19,9 +19,9 @@ import secrets
 import threading
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import tornado.web
 from tornado.iostream import StreamClosedError
@@ -48,6 +48,8 @@ from ..workers import DaemonPool
 from .openapi import openapi_spec
 from .session import GenerationSession
 from .settings import ServerSettings
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from ..engine.protocol import ModelLease, ServedEngine, ServedModels
@@ -97,6 +99,9 @@ class ServerContext:
     text_work: DaemonPool = field(default_factory=lambda: DaemonPool("mnn-engine-text", TEXT_WORKERS))
     #: model loads (one at a time: ``ModelPool.acquire``), off the IOLoop
     loads: DaemonPool = field(default_factory=lambda: DaemonPool("mnn-engine-load", 1))
+    #: new grammars' sandbox checks (one child, one at a time), outside the generation turn and off the
+    #: text workers: a check may take up to a minute (``runtime.grammar_sandbox.CHECK_TIMEOUT_S``)
+    grammar_checks: DaemonPool = field(default_factory=lambda: DaemonPool("mnn-engine-grammar", 1))
 
 
 def error_body(code: str, message: str, param: str | None = None) -> dict[str, Any]:
@@ -351,6 +356,11 @@ class BodyHandler(JsonHandler):
         # Tornado cuts a body off at its own limit with a bare 400; ours comes first
         self.request.connection.set_max_body_size(2 * self.ctx.settings.max_body_bytes + 1)
 
+    async def off_loop(self, parse: Callable[..., T], *args: Any) -> T:
+        """``parse(*args)`` on a worker thread: a request's parsing decodes its images in full
+        (runtime/image_decode.py), which must not hold the IOLoop."""
+        return await asyncio.wrap_future(self.ctx.text_work.submit(parse, *args))
+
     def _too_large_error(self) -> MnnEngineError:
         limit = self.ctx.settings.max_body_bytes
         return MnnEngineError("payload_too_large", f"the request body is larger than {limit} bytes")
@@ -431,11 +441,35 @@ class BodyHandler(JsonHandler):
 
     @contextlib.asynccontextmanager
     async def leased(self) -> AsyncIterator[ServedEngine]:
-        """The chosen model's engine for a route that does not generate (tokenize, show)."""
+        """The chosen model's engine for a route that only reads it (tokenize, detokenize). A
+        loaded model is leased at once, outside the generation queue: a lease keeps it loaded and
+        evicts nothing. A model that must be loaded first (which may unload another, idle one)
+        waits for the queue's turn as a generation's load does, and gives the turn back once
+        loaded: these routes once loaded and evicted models outside the turn."""
+        assert self.model_name is not None
         try:
-            yield await self.lease_model()
+            lease = self.ctx.models.try_acquire(self.model_name)
+            if lease is not None:
+                self._lease, self.engine = lease, lease.engine
+                yield lease.engine
+            else:
+                async with self.exclusive_turn() as engine:
+                    pass
+                yield engine
         finally:
             self.release_model()
+
+    @contextlib.asynccontextmanager
+    async def exclusive_turn(self) -> AsyncIterator[ServedEngine]:
+        """The generation queue's turn without a generation: no generation runs on any model
+        while the block does (``/apply-template`` sets MNN's template config, which a running
+        generation reads). The turn goes to the next in line when the block ends; the lease
+        stays until the request ends."""
+        try:
+            async with self.generation_turn() as engine:
+                yield engine
+        finally:
+            self.end_turn()
 
     async def first_piece(self, pieces: Any) -> str | None:
         """The generation's first piece of text (None when it made none). The
@@ -485,6 +519,15 @@ class BodyHandler(JsonHandler):
             if self.generation is not None and not self.generation.done() and self.engine is not None:
                 self.engine.cancel_generation()
             # the lease lasts until the answer is written (on_finish): its last frames still use the model
+
+    def end_turn(self) -> None:
+        """Give the queue's turn (or place) back without a generation: the next in line goes."""
+        if self.ctx.queue is not None:
+            self.ctx.queue.release(self)
+
+    def gone(self) -> bool:
+        """The client left or the server is stopping: work for this request can stop."""
+        return self.closed or self.ctx.stopping
 
     async def embed(self, inputs: Any, *, normalize: bool = True, truncate: bool = False,
                     check: Any = None) -> EmbeddingResult:
@@ -542,7 +585,7 @@ class ChatCompletionsHandler(BodyHandler):
         facts = await self.model_facts()
         policy = MediaPolicy(model_is_visual=facts.is_visual, model_is_audio=facts.is_audio,
                              allow_file_urls=self.ctx.settings.allow_file_urls)
-        request = parse_chat_request(body, policy)
+        request = await self.off_loop(parse_chat_request, body, policy)
         try:
             await self._complete(model, request)
         finally:

@@ -3,15 +3,27 @@ it answers when Tornado refuses a request before any handler runs.
 
 Connections. The server holds at most ``limit`` at once (the file-descriptor
 budget). 400 slowloris connections or 260 idle subscribers once took all of
-them and every later client got a reset. Now each connection is known to be
-*busy* (a request is being handled) or *idle* (between requests, or still
-sending its headers — a slowloris looks exactly like that), and a new
-connection that finds the server full closes the oldest idle one instead of
-being refused; one client address may hold at most ``per_client`` of them
-(its own oldest idle one goes first). Headers must arrive within
-``HEADER_TIMEOUT_S`` and a body within ``BODY_TIMEOUT_S``. ``/events``
-subscribers have their own cap (``server.events``). So ``/health`` and a
-generation request always find a place.
+them and every later client got a reset; then 64 request bodies that stalled
+after their headers did the same (a connection reading its body counted as
+busy and all loopback clients share one address). Now each connection is in
+one of three states:
+
+- *idle*: between requests, or still sending its headers (a slowloris looks
+  exactly like that);
+- *receiving*: its headers arrived and its body is being read;
+- *handling*: its body is complete and its answer is being written (a
+  streamed chat, an ``/events`` subscriber), until the answer's last byte.
+
+A new connection that finds the server (or its client's share,
+``per_client``) full closes the oldest idle connection, else the receiving
+one whose body is slowest, provided it is below ``MIN_BODY_BYTES_PER_S``
+(after ``EVICT_GRACE_S``); only handling connections are never taken. A
+body that trickles below that rate is dropped anyway once ``BODY_GRACE_S``
+is over (a sweep every second), whether or not anyone needs the place; a
+stalled body used to hold its slot for Tornado's whole ``BODY_TIMEOUT_S``. Headers must
+arrive within ``HEADER_TIMEOUT_S``. ``/events`` subscribers have their own
+cap (``server.events``). So ``/health`` and a generation request always
+find a place.
 
 Malformed requests. Tornado answers a request it cannot parse (bad
 ``Content-Length``, bad chunked framing, a chunked body over its limit) with
@@ -42,6 +54,7 @@ from typing import Any
 
 from tornado.httpserver import HTTPServer
 from tornado.httputil import HTTPMessageDelegate
+from tornado.ioloop import PeriodicCallback
 from tornado.iostream import IOStream
 
 from .. import jsonutil
@@ -50,6 +63,16 @@ from ..errors import ERROR_CODES
 #: Tornado's one timeout for headers, and for an idle keep-alive connection's next request
 HEADER_TIMEOUT_S = 20.0
 BODY_TIMEOUT_S = 120.0
+#: a body slower than this on average, once its grace is over, is dropped: 8 MiB (the default body
+#: limit) would need 512 s at this rate, four times what Tornado's body timeout allows a body anyway
+MIN_BODY_BYTES_PER_S = 16 * 1024
+#: a body's first seconds, after which the sweep drops it below that rate (a client may send its
+#: headers and body apart, and a body's first bytes may wait on the client's own work)
+BODY_GRACE_S = 2.0
+#: when a place is needed, a body below the rate may be closed this soon (an attacker's stalled
+#: bodies are replaced faster than the sweep's grace; a real body follows its headers within it)
+EVICT_GRACE_S = 0.1
+SWEEP_INTERVAL_S = 1.0
 MAX_HEADER_BYTES = 64 * 1024
 #: what Tornado writes for a request it could not parse
 _BARE_400 = b"HTTP/1.1 400 Bad Request\r\n\r\n"
@@ -109,22 +132,42 @@ def _json_error(status: int, code: str, message: str) -> bytes:
 
 
 class _Connection:
-    __slots__ = ("address", "body_bytes", "busy", "since", "stream")
+    """One connection's state: ``idle``, ``receiving`` (a body) or ``handling`` (an answer)."""
+
+    __slots__ = ("address", "body_bytes", "body_started", "since", "state", "stream")
 
     def __init__(self, stream: IOStream, address: Any) -> None:
-        self.stream, self.address, self.since, self.busy = stream, address, time.monotonic(), False
-        self.body_bytes = 0  # of the request being read
+        self.stream, self.address, self.since, self.state = stream, address, time.monotonic(), "idle"
+        self.body_bytes, self.body_started = 0, 0.0  # of the request being read
+
+    def body_rate(self, now: float) -> float:
+        """The body's mean rate so far, in bytes/s."""
+        return self.body_bytes / max(now - self.body_started, 1e-3)
+
+    def is_slow(self, now: float, grace: float) -> bool:
+        """Reading a body, for at least ``grace`` seconds, below the minimum rate."""
+        return (self.state == "receiving" and now - self.body_started >= grace
+                and self.body_rate(now) < MIN_BODY_BYTES_PER_S)
 
 
 class _Tracked(HTTPMessageDelegate):
-    """A request's delegate, marking its connection busy from its headers to its end."""
+    """A request's delegate, moving its connection through receiving and handling to idle."""
 
-    def __init__(self, inner: HTTPMessageDelegate, connection: _Connection | None) -> None:
+    def __init__(self, inner: HTTPMessageDelegate, connection: _Connection | None, request_conn: Any) -> None:
         self.inner, self.connection = inner, connection
+        if connection is not None and hasattr(request_conn, "finish"):
+            finish = request_conn.finish
+
+            def finished(*args: Any, **kwargs: Any) -> Any:  # the answer's last byte is queued
+                self._idle()
+                return finish(*args, **kwargs)
+
+            request_conn.finish = finished
 
     def headers_received(self, start_line: Any, headers: Any) -> Any:
         if self.connection is not None:
-            self.connection.busy, self.connection.body_bytes = True, 0
+            self.connection.state, self.connection.body_bytes = "receiving", 0
+            self.connection.body_started = time.monotonic()
         return self.inner.headers_received(start_line, headers)
 
     def data_received(self, chunk: bytes) -> Any:
@@ -133,7 +176,8 @@ class _Tracked(HTTPMessageDelegate):
         return self.inner.data_received(chunk)
 
     def finish(self) -> None:
-        self._idle()
+        if self.connection is not None and self.connection.state == "receiving":
+            self.connection.state = "handling"
         self.inner.finish()
 
     def on_connection_close(self) -> None:
@@ -142,7 +186,7 @@ class _Tracked(HTTPMessageDelegate):
 
     def _idle(self) -> None:
         if self.connection is not None:
-            self.connection.busy = False
+            self.connection.state = "idle"
             self.connection.since = time.monotonic()
 
 
@@ -159,31 +203,59 @@ class ApiHTTPServer(HTTPServer):
         install_log_filter()
         self.limit, self.per_client = limit, per_client
         self.connections: dict[int, _Connection] = {}
-        self.evicted = 0
+        self.evicted = self.slow_bodies_dropped = 0
+        self._sweeper: PeriodicCallback | None = None
 
     # ------------------------------------------------------------ admission
     def admit(self, address: Any) -> bool:
-        """Make room for a new connection from ``address`` (closing idle ones);
-        False: every connection is busy, refuse it."""
+        """Make room for a new connection from ``address`` (closing an idle one, else
+        the slowest body below the minimum rate); False: none can go, refuse it."""
         self._forget_closed()
+        self._start_sweeping()
         mine = [c for c in self.connections.values() if _host(c.address) == _host(address)]
         if len(mine) >= self.per_client and not self._evict(mine):
             return False
         return len(self.connections) < self.limit or self._evict(list(self.connections.values()))
 
     def _evict(self, among: list[_Connection]) -> bool:
-        idle = [c for c in among if not c.busy and not c.stream.closed()]
-        if not idle:
+        now = time.monotonic()
+        idle = [c for c in among if c.state == "idle" and not c.stream.closed()]
+        slow = [c for c in among if c.is_slow(now, EVICT_GRACE_S) and not c.stream.closed()]
+        if idle:
+            victim = min(idle, key=lambda c: c.since)
+        elif slow:
+            victim = min(slow, key=lambda c: c.body_rate(now))
+        else:
             return False
-        oldest = min(idle, key=lambda c: c.since)
-        oldest.stream.close()
-        self.connections.pop(id(oldest.stream), None)
-        self.evicted += 1
+        self._close(victim)
         return True
+
+    def _close(self, connection: _Connection) -> None:
+        connection.stream.close()
+        self.connections.pop(id(connection.stream), None)
+        self.evicted += 1
+
+    def sweep(self) -> None:
+        """Drop every body slower than the minimum rate past its grace."""
+        now = time.monotonic()
+        for connection in [c for c in self.connections.values() if c.is_slow(now, BODY_GRACE_S)]:
+            self.slow_bodies_dropped += 1
+            self._close(connection)
+
+    def _start_sweeping(self) -> None:
+        if self._sweeper is None:  # started on the IOLoop that accepts, with the first connection
+            self._sweeper = PeriodicCallback(self.sweep, 1000 * SWEEP_INTERVAL_S)
+            self._sweeper.start()
 
     def _forget_closed(self) -> None:
         for key in [k for k, c in self.connections.items() if c.stream.closed()]:
             del self.connections[key]
+
+    def stop_sweeping(self) -> None:
+        """Stop the sweep (the server is closing)."""
+        if self._sweeper is not None:
+            self._sweeper.stop()
+            self._sweeper = None
 
     @property
     def open_connections(self) -> int:
@@ -209,7 +281,7 @@ class ApiHTTPServer(HTTPServer):
     def start_request(self, server_conn: object, request_conn: Any) -> HTTPMessageDelegate:
         inner = super().start_request(server_conn, request_conn)
         stream = getattr(server_conn, "stream", None)
-        return _Tracked(inner, self.connections.get(id(stream)))
+        return _Tracked(inner, self.connections.get(id(stream)), request_conn)
 
 
 def _host(address: Any) -> Any:

@@ -246,7 +246,7 @@ class ChatHandler(_Generation):
         if not body.get("messages"):  # docs/api.md: no messages only load (or unload) the model
             await self.load_only(model, {"message": {"role": "assistant", "content": ""}})
             return
-        request = chat_request(body, openai_messages(body.get("messages")), policy)
+        request = await self.off_loop(chat_request, body, openai_messages(body.get("messages")), policy)
 
         def frame(content: str, thinking: str, calls: Any) -> dict[str, Any]:
             message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -281,7 +281,8 @@ class GenerateHandler(_Generation):
         if body.get("images"):
             user["images"] = body["images"]
         messages.append(user)
-        request = chat_request({k: v for k, v in body.items() if k != "tools"}, openai_messages(messages), policy)
+        request = await self.off_loop(chat_request, {k: v for k, v in body.items() if k != "tools"},
+                                      openai_messages(messages), policy)
         if raw:
             request.enable_thinking = None  # the prompt is used as it is: no template to tell
 
@@ -329,16 +330,32 @@ class PullHandler(OllamaBodyHandler):
         policy = UrlPolicy(public_only=True, allowed=self.ctx.settings.allow_pull_urls)
         self._stop = threading.Event()
         self.ctx.pull_stops.add(self._stop)
+        self.ctx.active.add(self)  # a stopping server waits for its answer (an error line or a 503)
         try:
             future = asyncio.wrap_future(self.ctx.pulls.submit(
                 lambda: self.ctx.models.pull(spec, progress=report, policy=policy, stop=self._stop)))
             if not stream:
-                info = await future
+                try:
+                    info = await future
+                except MnnEngineError as exc:
+                    raise self._stopped_or(exc) from exc
                 self.send_json({"status": "success", "model": info.id})
                 return
             await self._stream_pull(spec, future, progress)
         finally:
             self.ctx.pull_stops.discard(self._stop)
+            self.ctx.active.discard(self)
+
+    def cancel(self) -> None:
+        """The server stops: the pull ends at its next chunk or read (its bytes kept)."""
+        self._stop.set()
+
+    def _stopped_or(self, exc: MnnEngineError) -> MnnEngineError:
+        """A pull stopped because the server stops says so (it resumes on the next pull)."""
+        if exc.code == "pull_cancelled" and self.ctx.stopping:
+            return MnnEngineError("server_stopping", "the server stopped during the pull; pull again to resume it",
+                                  param="model")
+        return exc
 
     async def _stream_pull(self, spec: str, future: asyncio.Future[Any], progress: asyncio.Queue[Any]) -> None:
         """Ollama's NDJSON progress; every failure ends it with an error object and its HTTP status."""
@@ -357,8 +374,8 @@ class PullHandler(OllamaBodyHandler):
         try:
             info = future.result()
         except Exception as exc:  # any failure, expected or not, ends the stream with an error
-            error = exc if isinstance(exc, MnnEngineError) else MnnEngineError("internal_error", "the pull failed "
-                                                                              "unexpectedly (see the server log)")
+            error = self._stopped_or(exc) if isinstance(exc, MnnEngineError) else \
+                MnnEngineError("internal_error", "the pull failed unexpectedly (see the server log)")
             if not isinstance(exc, MnnEngineError):
                 log.error("pull of %s failed", spec, exc_info=exc)
             await self.send_error_line(error)

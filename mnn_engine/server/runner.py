@@ -8,8 +8,10 @@ active generation and let its handler finish, close the listening sockets.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
+import os
 import resource
 import signal
 import socket
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("mnn_engine.server")
 
 STOP_GRACE_SECONDS = 10.0
+#: after SIGINT or SIGTERM, the process ends within this even if an engine call never returns
+EXIT_DEADLINE_SECONDS = 30.0
 MAX_CONNECTIONS = 256
 FDS_KEPT_FREE = 24  # for the model's files, logs, the scratch directory, the first-touch child
 ACCEPT_PAUSE_SECONDS = 0.5
@@ -199,6 +203,7 @@ async def _stop(server: RunningServer) -> None:
         await asyncio.sleep(0.01)
     for listener in server.listeners:
         listener.close()
+    server.http.stop_sweeping()
     await server.http.close_all_connections()
     ctx.metrics.close()
     ctx.events.close()
@@ -218,14 +223,46 @@ def serve_forever(models: ServedModels, settings: ServerSettings, *, on_ready: A
     async def main() -> None:
         server = await _start(models, settings, sockets)
         loop = asyncio.get_running_loop()
+        stopping: set[asyncio.Future[None]] = set()
+
+        def stop() -> None:
+            arm_exit_deadline()
+            stopping.add(asyncio.ensure_future(_stop(server)))
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(_stop(server)))
+            loop.add_signal_handler(sig, stop)
         if on_ready is not None:
             on_ready(server.url)
         assert server.stopped is not None
         await server.stopped.wait()
 
     asyncio.run(main())
+
+
+_exit_timer: threading.Timer | None = None
+
+
+def arm_exit_deadline(seconds: float | None = None) -> None:
+    """Once a stop signal came: end the process in ``seconds`` whatever still runs. An engine call
+    cannot be interrupted from Python (MNN's stb_image once looped for good on a cut PNG, inside the
+    tokenizer on the generation thread), and the models' unload waits for it: without this the
+    server would outlive every SIGTERM. Idempotent; a daemon timer, so a normal exit never waits."""
+    global _exit_timer
+    if _exit_timer is not None:
+        return
+    seconds = EXIT_DEADLINE_SECONDS if seconds is None else seconds
+
+    def force_exit() -> None:
+        log.critical("the server did not stop within %.0f s of the stop signal (an engine call that does not "
+                     "return holds it); exiting now", seconds)
+        for handler in logging.getLogger().handlers:
+            with contextlib.suppress(Exception):
+                handler.flush()
+        os._exit(1)
+
+    _exit_timer = threading.Timer(seconds, force_exit)
+    _exit_timer.daemon = True
+    _exit_timer.start()
 
 
 # ---------------------------------------------------------------- background

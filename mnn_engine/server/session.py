@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from ..api.openai_chat import Delta, OutputParser, prompt_opens_thinking
 from ..errors import MnnEngineError
+from ..runtime import structured
 from ..runtime.generation import GenerationResult
 from ..runtime.streaming import astream_pieces
 
@@ -32,6 +33,12 @@ class SessionHandler(Protocol):
     closed: bool
 
     def generation_turn(self) -> AbstractAsyncContextManager[Any]: ...
+
+    def end_turn(self) -> None: ...
+
+    def release_model(self) -> None: ...
+
+    def gone(self) -> bool: ...
 
     async def first_piece(self, pieces: Any) -> str | None: ...
 
@@ -56,6 +63,16 @@ class Outcome:
     @property
     def tool_calls(self) -> bool:
         return bool(self.parser is not None and self.parser.tool_calls)
+
+
+class _Gone:
+    """A cancel flag for work on another thread: set once the request's client left."""
+
+    def __init__(self, handler: SessionHandler) -> None:
+        self.handler = handler
+
+    def is_set(self) -> bool:
+        return self.handler.gone()
 
 
 class GenerationSession:
@@ -94,9 +111,28 @@ class GenerationSession:
             return [Delta("content", text)] if text else []
         return parser.feed(text)
 
+    async def _check_grammar(self) -> None:
+        """A grammar the sandbox has not judged yet is checked outside the generation turn: its
+        check (up to a minute, in the sandbox's child) once held the one turn, and every plain chat
+        waited it out, even after its client left. The turn is taken only to reach the model's
+        vocabulary, then given back; the check stops when the client leaves."""
+        options = self.options
+        if options.get("response_format") is None and options.get("grammar") is None and \
+                structured.tool_choice_name(options.get("tool_choice")) is False:
+            return
+        handler = self.handler
+        async with handler.generation_turn() as engine:
+            check = await asyncio.wrap_future(handler.ctx.text_work.submit(structured.pending_check, engine.llm,
+                                                                            options))
+        handler.end_turn()
+        handler.release_model()  # leased again with the turn below
+        if check is not None:
+            await asyncio.wrap_future(handler.ctx.grammar_checks.submit(check, _Gone(handler)))
+
     async def whole(self) -> Outcome | None:
         """The whole answer (None: the client left before it was done)."""
         handler = self.handler
+        await self._check_grammar()
         async with handler.generation_turn() as engine:
             future = self._submit(engine, None)
             result = await asyncio.wrap_future(future)
@@ -112,6 +148,7 @@ class GenerationSession:
         headers and any opening frame), ``emit(deltas)`` as text comes, and on
         a failure after that ``emit_error(exc)`` (None is returned then)."""
         handler = self.handler
+        await self._check_grammar()
         async with handler.generation_turn() as engine:
             pieces = astream_pieces(lambda put: self._submit(engine, put), engine.cancel_generation)
             first = await handler.first_piece(pieces)

@@ -90,7 +90,8 @@ class ApplyTemplateHandler(BodyHandler):
                                       "chat_template_kwargs": body.get("chat_template_kwargs")}, None)
         try:
             self.choose_model(body)
-            async with self.leased() as engine:
+            # in the queue's turn: rendering sets MNN's template config, which a generation on the model reads
+            async with self.exclusive_turn() as engine:
                 llm = engine.llm
                 prompt = await asyncio.wrap_future(self.ctx.text_work.submit(
                     lambda: llm.apply_chat_template(request.messages, True, request.enable_thinking, request.tools)))

@@ -24,13 +24,23 @@ import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, wait
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
 from ..errors import MnnEngineError
 from ..hub import catalog
 from ..hub.download import BACKOFF_S, PART_SUFFIX, download
-from ..hub.sources import DEFAULT_POLICY, Listing, UrlPolicy, list_hf, list_manifest, list_modelscope
+from ..hub.sources import (
+    DEFAULT_POLICY,
+    DEFAULT_RETRY,
+    Listing,
+    Retry,
+    UrlPolicy,
+    list_hf,
+    list_manifest,
+    list_modelscope,
+)
 from ..runtime.build import build_info
 from ..runtime.first_touch import check_in_child
 from ..runtime.model_files import CONFIG_NAME, model_files, validate_model_dir
@@ -92,13 +102,14 @@ def split_revision(spec: str, revision: str | None) -> tuple[str, str | None]:
 
 
 def resolve_spec(spec: str, source: str | None,
-                 policy: UrlPolicy = DEFAULT_POLICY) -> tuple[Callable[[str | None], Listing], str | None]:
-    """What ``spec`` names: a function listing it at a revision, and the
-    model ID it gets by default (None: from the manifest)."""
+                 policy: UrlPolicy = DEFAULT_POLICY) -> tuple[Callable[[str | None, Retry], Listing], str | None]:
+    """What ``spec`` names: a function listing it at a revision (its requests tried
+    again and stopped as ``Retry`` says), and the model ID it gets by default (None:
+    from the manifest)."""
     if source is not None and source not in SOURCES:
         raise MnnEngineError("invalid_argument", f"source must be hf or modelscope (got {source!r})", param="source")
     if spec.startswith(("http://", "https://")):
-        return (lambda _revision: list_manifest(spec, policy)), None
+        return (lambda _revision, retry: list_manifest(spec, policy, retry)), None
     for prefix in SOURCES:
         if spec.startswith(prefix + ":"):
             return _repo_lister(prefix, spec[len(prefix) + 1:]), model_id_from_name(spec.rsplit("/", 1)[-1])
@@ -116,10 +127,10 @@ def resolve_spec(spec: str, source: str | None,
                          "lists it), nor hf:ORG/NAME, modelscope:ORG/NAME or a manifest URL", param="model")
 
 
-def _repo_lister(source: str, repo: str) -> Callable[[str | None], Listing]:
+def _repo_lister(source: str, repo: str) -> Callable[[str | None, Retry], Listing]:
     if source == "hf":
-        return lambda revision: list_hf(repo, revision or "main")
-    return lambda revision: list_modelscope(repo, revision or "master")
+        return lambda revision, retry: list_hf(repo, revision or "main", retry)
+    return lambda revision, retry: list_modelscope(repo, revision or "master", retry)
 
 
 def pull(store: PullTarget, spec: str, *, model_id: str | None = None, revision: str | None = None,
@@ -132,6 +143,9 @@ def pull(store: PullTarget, spec: str, *, model_id: str | None = None, revision:
     thread, the pull ends at its next chunk (``pull_cancelled``), its bytes kept.
     A repository or catalog spec may name its revision as ``SPEC@REV``
     (``hf:ORG/NAME@<commit>``), the same as ``revision``."""
+    stop = stop or threading.Event()
+    if stop.is_set():  # its client left while it waited for a pull worker
+        raise MnnEngineError("pull_cancelled", f"the pull of {spec} was stopped before it started", param="model")
     spec, revision = split_revision(spec, revision)
     lister, default_id = resolve_spec(spec, source, policy)
     if model_id is not None:
@@ -139,7 +153,7 @@ def pull(store: PullTarget, spec: str, *, model_id: str | None = None, revision:
     known = model_id or default_id  # None: a manifest names it
     if known is not None and store.exists(known) and not update:
         return store.get(known)  # nothing to do: --update fetches a newer revision
-    listing = lister(revision)
+    listing = lister(revision, replace(DEFAULT_RETRY, stop=stop))
     model_id = known or model_id_from_name(listing.model_id or "")
     if known is None and store.exists(model_id) and not update:
         return store.get(model_id)
@@ -155,7 +169,7 @@ def pull(store: PullTarget, spec: str, *, model_id: str | None = None, revision:
     with lock:
         _prepare(work, listing)
         _check_space(work, listing)
-        _fetch_all(work, listing, progress, workers, backoff, stop or threading.Event())
+        _fetch_all(work, listing, progress, workers, backoff, stop)
         shutil.rmtree(_partials(work), ignore_errors=True)
         _validate(work, listing)
         (work / SOURCE_FILE).write_text(json.dumps({**listing.to_dict(), "name": listing.name,

@@ -106,6 +106,48 @@ def test_a_grammar_that_kills_the_compiler_kills_only_the_sandbox_child():
         sandbox.close()
 
 
+class _CompilerThatNeverAnswers(GrammarSandbox):
+    """The real sandbox's parent side over a child that reads the grammar and never answers: it
+    stands for a schema that keeps llguidance busy for the whole check (round three, item 9: 59 s
+    seen), without a minute of CPU in the test."""
+
+    def _start(self):
+        if self._child is None or self._child.poll() is not None:
+            self._child = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.stdin.buffer.read(8); "
+                                            "time.sleep(600)"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            self._vocabularies = set()
+        return self._child
+
+
+def test_a_grammar_check_neither_holds_the_turn_nor_outlives_its_client(server, monkeypatch):
+    """A new grammar's sandbox check ran inside the generation turn: a plain chat waited the whole
+    check, and still did after the check's client left. Now the check runs outside the turn and
+    ends (its child killed) when its client goes."""
+    from mnn_engine.runtime import structured as structured_module
+
+    sandbox = _CompilerThatNeverAnswers()
+    monkeypatch.setattr(structured_module, "_sandbox", sandbox)
+    body = json.dumps({"messages": CHAT, "max_tokens": 4, "response_format": _schema_format(
+        {"type": "object", "properties": {"never": {"type": "string"}}})}).encode()
+    checking = socket.create_connection((server.host, server.port), timeout=30)
+    try:
+        checking.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                         b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        deadline = time.monotonic() + 30
+        while sandbox._child is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        child = sandbox._child
+        assert child is not None, "the check did not start"
+        status, _, answer = server.post_json({"messages": CHAT, "max_tokens": 4})
+        assert status == 200, answer
+        assert child.poll() is None, "the plain chat was answered only after the check ended"
+    finally:
+        checking.close()  # the check's client leaves
+    child.wait(timeout=10)  # the check stopped with it, not at its 60 s bound
+    assert server.post_json({"messages": CHAT, "max_tokens": 4})[0] == 200
+    sandbox.close()
+
+
 @pytest.mark.parametrize("limit, schema", [
     ("properties", {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(5001)}}),
     ("required", {"type": "object", "required": [f"p{i}" for i in range(5001)]}),
@@ -327,6 +369,68 @@ def test_trickling_pulls_do_not_hold_the_tokenizer_routes(tmp_path_factory, hub,
         assert not thread.is_alive()
 
 
+class _TrickledManifests:
+    """A manifest host that answers 200 and then one byte every 50 ms, and records when each
+    client hung up (round three, item 3's host)."""
+
+    def __init__(self) -> None:
+        import http.server
+
+        hung_up = self.hung_up = threading.Semaphore(0)
+
+        class Trickle(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                try:
+                    for _ in range(2400):  # two minutes, past the listing deadline
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                        time.sleep(0.05)
+                except OSError:
+                    hung_up.release()
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def test_a_pull_whose_client_left_frees_its_worker_while_the_listing_trickles(tmp_path_factory, hub):
+    """Two pulls of trickling manifests held both pull workers until the listing deadline, even
+    after their clients left (the stop was looked at only between downloaded chunks): a third
+    client's pull waited. The stop is now looked at while a listing is read, and a pull whose client
+    left before a worker took it never starts."""
+    slow = _TrickledManifests()
+    live = Live(tmp_path_factory.mktemp("left"), "tiny", allow_pull_urls=[hub.url + "/*", slow.url + "/*"])
+    leaving = []
+    try:
+        for i in range(3):  # two hold the workers, the third waits for one
+            conn = socket.create_connection((live.host, live.port), timeout=30)
+            body = json.dumps({"model": f"{slow.url}/m{i}.json", "stream": True}).encode()
+            conn.sendall(b"POST /api/pull HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            assert conn.recv(12).startswith(b"HTTP/1.1 200")
+            leaving.append(conn)
+        time.sleep(0.5)
+        for conn in leaving:
+            conn.close()
+        for _ in range(2):  # the two running listings are given up (not at their 60 s deadline)
+            assert slow.hung_up.acquire(timeout=15), "a listing went on after its client left"
+        status, body = _pull(live, hub.add_manifest("fine", repo_from_dir(test_model_dir("tiny-scripted"))))
+        assert status == 200 and body["status"] == "success", body
+        assert not slow.hung_up.acquire(timeout=1), "the pull queued behind them started after its client left"
+    finally:
+        live.close()
+        slow.close()
+
+
 # ---------------------------------------------------------------- 8, 14: what Tornado answers and logs
 auth_server = server_fixture("tiny", api_key="s3cret-key", max_body_bytes=64 * 1024)
 
@@ -396,6 +500,63 @@ def test_slowloris_and_idle_subscribers_do_not_lock_out_chats(tmp_path_factory):
             assert live.request("GET", "/health")[0] == 200
     finally:
         for conn in held:
+            conn.close()
+        live.close()
+
+
+def test_stalled_request_bodies_do_not_lock_out_health_or_chats(tmp_path_factory):
+    """Round three, item 1: 70 chat requests whose bodies stall after a few bytes once took every
+    loopback place (a body being read counted as busy, and loopback is one client): /health and
+    chats got resets. The slowest bodies now give their place to new clients, and the sweep drops
+    them once they trickle below the minimum rate past their grace."""
+    from mnn_engine.server.http_server import BODY_GRACE_S, SWEEP_INTERVAL_S
+
+    live = Live(tmp_path_factory.mktemp("stalled"), "tiny-scripted")
+    held: list[socket.socket] = []
+    try:
+        for _ in range(70):
+            conn = socket.create_connection((live.host, live.port), timeout=10)
+            conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"mess")
+            held.append(conn)
+        time.sleep(0.3)
+        for _ in range(3):  # while the stalled bodies are within their grace: they give way
+            assert live.request("GET", "/health")[0] == 200
+            status, _, body = live.post_json({"messages": CHAT, "max_tokens": 4})
+            assert status == 200, body
+        time.sleep(BODY_GRACE_S + 2 * SWEEP_INTERVAL_S)
+        for conn in held:  # every stalled body was dropped: the server closed its side
+            conn.settimeout(5)
+            with contextlib.suppress(ConnectionResetError):
+                assert conn.recv(1) == b""
+    finally:
+        for conn in held:
+            conn.close()
+        live.close()
+
+
+def test_a_streamed_answer_is_not_closed_for_a_newcomer(tmp_path_factory):
+    """A connection whose answer is still being written is never the one closed for a new
+    connection: it used to count as idle once its body was read (a streamed chat or a subscriber
+    could be cut for a slowloris)."""
+    live = Live(tmp_path_factory.mktemp("streaming"), "tiny-scripted")
+    held: list[socket.socket] = []
+    try:
+        subscriber = socket.create_connection((live.host, live.port), timeout=10)
+        subscriber.sendall(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert subscriber.recv(12).startswith(b"HTTP/1.1 200")
+        for _ in range(300):  # slowlorises past the whole limit and the client's share
+            conn = socket.create_connection((live.host, live.port), timeout=10)
+            conn.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            held.append(conn)
+        time.sleep(0.3)
+        assert live.request("GET", "/health")[0] == 200
+        subscriber.setblocking(False)
+        with contextlib.suppress(BlockingIOError):  # what was sent is read; then it would block: still open
+            while True:
+                assert subscriber.recv(65536) != b"", "the subscriber was closed"
+    finally:
+        for conn in [*held, subscriber]:
             conn.close()
         live.close()
 
@@ -488,6 +649,104 @@ def test_sigterm_ends_the_server_while_a_pull_trickles(tmp_path, hub, small_repo
         proc.wait(timeout=20)
         assert time.monotonic() - started < 10, "the process outlived SIGTERM"
         assert proc.returncode == 0
+        conn.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_sigterm_during_pulls_answers_both_clients_with_an_error_and_logs_no_traceback(tmp_path, hub, small_repo):
+    """Round three, item 6: SIGTERM during a pull cut a streamed client's NDJSON off without an error
+    line, left a non-streamed one without an answer, and logged "Cannot send error response after
+    headers written" and "Future exception was never retrieved"."""
+    hub.faults.chunk, hub.faults.delay_s = 1, 0.5
+    env = {**os.environ, "MNN_ENGINE_HOME": str(tmp_path / "home")}
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "mnn_engine", "serve", str(test_model_dir("tiny")),
+                             "--port", str(free), "--threads", "1", "--allow-pull-url", hub.url + "/*"],
+                            stderr=subprocess.PIPE, text=True, env=env, cwd="/")
+    clients = []
+    try:
+        line = ""
+        while "serving" not in line:
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, "the server did not start"
+        for i, stream in enumerate((True, False)):
+            conn = socket.create_connection(("127.0.0.1", free), timeout=30)
+            body = json.dumps({"model": hub.add_manifest(f"m{i}", small_repo), "stream": stream}).encode()
+            conn.sendall(b"POST /api/pull HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            clients.append(conn)
+        deadline = time.monotonic() + 30
+        while sum(path == "llm.mnn" for path, _ in hub.ranges) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # both are downloading, a byte every half second
+        proc.send_signal(signal.SIGTERM)
+        answers = []
+        for conn in clients:
+            chunks = []
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := conn.recv(65536):
+                    chunks.append(chunk)
+            answers.append(b"".join(chunks))
+            conn.close()
+        proc.wait(timeout=30)
+        log = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    streamed, whole = answers
+    last = json.loads([line for line in streamed.splitlines() if line.startswith(b"{")][-1])  # (chunked)
+    assert last.get("code") == "server_stopping" and "error" in last, streamed[-300:]
+    assert whole.startswith(b"HTTP/1.1 503") and b"server_stopping" in whole, whole[:300]
+    for bad in ("Traceback", "Cannot send error response", "Future exception was never retrieved"):
+        assert bad not in log, log
+
+
+#: a server whose generation never returns: the fake stands for MNN's stb_image looping for good inside the
+#: tokenizer on a cut PNG (round three, item 7), a C call no Python signal can interrupt on that thread
+RUNAWAY_SERVER = """
+import sys, time
+from mnn_engine.cli.main import main
+from mnn_engine.runtime.generation import PreparedGeneration
+from mnn_engine.server import runner
+
+runner.EXIT_DEADLINE_SECONDS = 3.0
+
+def runaway(self, *args, **kwargs):
+    time.sleep(3600)
+
+PreparedGeneration.run = runaway
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_ends_the_server_whose_generation_never_returns(tmp_path):
+    env = {**os.environ, "MNN_ENGINE_HOME": str(tmp_path / "home")}
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-c", RUNAWAY_SERVER, "serve", str(test_model_dir("tiny-scripted")),
+                             "--port", str(free), "--threads", "1"], stderr=subprocess.PIPE, text=True, env=env,
+                            cwd="/")
+    try:
+        line = ""
+        while "serving" not in line:
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, "the server did not start"
+        conn = socket.create_connection(("127.0.0.1", free), timeout=30)
+        body = json.dumps({"messages": CHAT, "max_tokens": 4}).encode()
+        conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        time.sleep(1.0)  # the generation has started and will not return
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)  # before the deadline existed: never
+        assert proc.returncode == 1
+        assert "did not stop within 3 s" in proc.stderr.read()
         conn.close()
     finally:
         if proc.poll() is None:

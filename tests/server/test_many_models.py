@@ -283,6 +283,34 @@ def test_a_leased_model_is_never_unloaded_under_its_generation(tmp_path):
         s.close()
 
 
+def test_the_tokenizer_routes_load_a_model_only_in_the_generation_turn(tmp_path):
+    """#42: /tokenize, /detokenize and /apply-template leased their model outside the queue's turn,
+    so they loaded (and could evict) models while another generated. A model they must load now
+    waits for the turn: it starts loading only after the running generation ended."""
+    s = Served(tmp_path, max_loaded=2, keep_alive=None)
+    try:
+        conn = http.client.HTTPConnection(s.host, s.port, timeout=60)
+        conn.request("POST", "/v1/chat/completions", json.dumps(
+            {"model": "tiny", "messages": CHAT, "max_tokens": 300, "ignore_eos": True, "stream": True}),
+            {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        response.read(64)  # it generates
+        routes = [("/tokenize", {"model": "scripted", "content": "hello"}),
+                  ("/apply-template", {"model": "scripted", "messages": CHAT})]
+        waiting = ThreadPoolExecutor(2).map(lambda route: s.request("POST", *route), routes)
+        rest = response.read()
+        conn.close()
+        assert sse_events(rest)[-1] == "[DONE]"
+        assert [status for status, _ in waiting] == [200, 200]
+        kinds = [(e.kind, e.state, e.data.get("model_id")) for e in s.events]
+        ended = next(i for i, k in enumerate(kinds) if k[0] == "generation" and k[1] != "running" and k[2] == "tiny")
+        loading = kinds.index(("model", "loading", "scripted"))
+        assert loading > ended, kinds
+        assert s.request("POST", "/detokenize", {"model": "scripted", "tokens": [1, 2]})[0] == 200  # loaded: at once
+    finally:
+        s.close()
+
+
 def test_a_model_that_fails_to_load_is_that_requests_error_and_the_others_serve(tmp_path):
     s = Served(tmp_path, max_loaded=2, keep_alive=None)
     try:
