@@ -141,7 +141,9 @@ def test_images_become_private_files_and_img_tags():
     request = parse_chat_request(_image_body(f"data:image/png;base64,{PNG}"), MediaPolicy(model_is_visual=True))
     [path] = request.media_files
     assert request.messages[0]["content"] == f"What is this? <img>{path}</img>"
-    assert path.read_bytes().startswith(b"\x89PNG") and path.suffix == ".png"
+    # MNN is given the pixels as a plain BMP, never the client's bytes (runtime/image_decode.py)
+    assert path.read_bytes().startswith(b"BM") and path.suffix == ".bmp"
+    assert _pixels(path.read_bytes()) == _pixels(base64.b64decode(PNG))
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
     request.cleanup()
@@ -167,8 +169,17 @@ def test_image_size_limit_and_file_urls(tmp_path):
     image = tmp_path / "cat.bmp"
     image.write_bytes(bmp(4, 4))
     allowed = parse_chat_request(_image_body(image.as_uri()), MediaPolicy(model_is_visual=True, allow_file_urls=True))
-    assert allowed.media_files[0].read_bytes() == image.read_bytes()
+    assert _pixels(allowed.media_files[0].read_bytes()) == _pixels(image.read_bytes())
     allowed.cleanup()
+
+
+def _pixels(data: bytes) -> bytes:
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        return image.convert("RGB").tobytes()
 
 
 # ---------------------------------------------------------------- output parsing

@@ -119,7 +119,9 @@ def test_load_by_path_and_replace(engine):
 def test_mmap_load_uses_the_store_cache(engine):
     engine.load("tiny", threads=1, use_mmap=False)
     engine.unload()
-    assert engine.store.cache_info("tiny")["tiny"] < 1000  # no weights cached: only the model stamp
+    # no weights cached (they are 12 MB): only the model stamp and the load checks (their size varies with
+    # the CPU: 1,033 bytes on one machine)
+    assert engine.store.cache_info("tiny")["tiny"] < 64 * 1024
     engine.load("tiny", threads=1, use_mmap=True)
     assert engine.chat(CHAT, max_tokens=3).completion_tokens == 3
     engine.unload()

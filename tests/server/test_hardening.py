@@ -21,7 +21,7 @@ import pytest
 from fake_hub import FakeHub, Repo, repo_from_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from live_server import Live, server_fixture
+from live_server import Live, free_port, server_fixture
 from support import REPO, test_model_dir
 
 import mnn_engine
@@ -623,9 +623,7 @@ def test_sigterm_ends_the_server_while_a_pull_trickles(tmp_path, hub, small_repo
     hub.faults.chunk, hub.faults.delay_s = 1, 1.0
     url = hub.add_manifest("m", small_repo)
     env = {**os.environ, "MNN_ENGINE_HOME": str(tmp_path / "home")}
-    with socket.socket() as probe:  # a free port (the CLI takes 1-65535)
-        probe.bind(("127.0.0.1", 0))
-        free = probe.getsockname()[1]
+    free = free_port()  # (the CLI takes 1-65535)
     proc = subprocess.Popen([sys.executable, "-m", "mnn_engine", "serve", str(test_model_dir("tiny")),
                              "--port", str(free), "--threads", "1", "--allow-pull-url", hub.url + "/*"],
                             stderr=subprocess.PIPE, text=True, env=env, cwd="/")
@@ -662,9 +660,7 @@ def test_sigterm_during_pulls_answers_both_clients_with_an_error_and_logs_no_tra
     headers written" and "Future exception was never retrieved"."""
     hub.faults.chunk, hub.faults.delay_s = 1, 0.5
     env = {**os.environ, "MNN_ENGINE_HOME": str(tmp_path / "home")}
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        free = probe.getsockname()[1]
+    free = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "mnn_engine", "serve", str(test_model_dir("tiny")),
                              "--port", str(free), "--threads", "1", "--allow-pull-url", hub.url + "/*"],
                             stderr=subprocess.PIPE, text=True, env=env, cwd="/")
@@ -727,9 +723,7 @@ sys.exit(main(sys.argv[1:]))
 
 def test_sigterm_ends_the_server_whose_generation_never_returns(tmp_path):
     env = {**os.environ, "MNN_ENGINE_HOME": str(tmp_path / "home")}
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        free = probe.getsockname()[1]
+    free = free_port()
     proc = subprocess.Popen([sys.executable, "-c", RUNAWAY_SERVER, "serve", str(test_model_dir("tiny-scripted")),
                              "--port", str(free), "--threads", "1"], stderr=subprocess.PIPE, text=True, env=env,
                             cwd="/")
@@ -758,37 +752,15 @@ def test_a_manifest_host_that_trickles_is_given_up_at_the_listing_deadline(tmp_p
     """A host that answers 200 and then a byte at a time held a pull worker
     for as long as it liked (only the per-read timeout applied): a listing
     must arrive within LISTING_DEADLINE_S, whatever its rate."""
-    import http.server
-    import threading
-    import time
-
     from mnn_engine.hub import sources
 
-    class Trickle(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            try:
-                for byte in b'{"files": [' + b" " * 1000:
-                    self.wfile.write(bytes([byte]))
-                    self.wfile.flush()
-                    time.sleep(0.05)
-            except OSError:
-                pass  # the client gave up
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    slow = _TrickledManifests()
     monkeypatch.setattr(sources, "LISTING_DEADLINE_S", 0.5)
     started = time.monotonic()
     try:
         with pytest.raises(MnnEngineError) as err:
-            ModelStore(tmp_path).pull(f"http://127.0.0.1:{server.server_address[1]}/manifests/m.json",
-                                      backoff=(0.01,))
+            ModelStore(tmp_path).pull(f"{slow.url}/manifests/m.json", backoff=(0.01,))
     finally:
-        server.shutdown()
+        slow.close()
     assert err.value.code == "pull_failed" and "had not finished" in err.value.message
     assert time.monotonic() - started < 10

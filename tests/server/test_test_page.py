@@ -762,7 +762,8 @@ def test_layout_one_header_row_big_tap_targets_and_touch_keyboards(page, tmp_pat
     _type(page, "Hi")
     _last_done(page)
     header = page.find_element(By.TAG_NAME, "header")
-    assert header.size["height"] <= 60  # one row, at both widths
+    # one row on a desktop; on a phone the buttons' row and the model picker's row under it
+    assert header.size["height"] <= (60 if page.width_name == "desktop" else 104)
     small = page.execute_script("""return [...document.querySelectorAll('button, .button, select, input, textarea')]
         .filter((e) => e.offsetParent !== null && !e.classList.contains('visually-hidden'))
         .map((e) => [e.id || e.className || e.tagName, e.getBoundingClientRect()])
@@ -787,6 +788,41 @@ def test_layout_one_header_row_big_tap_targets_and_touch_keyboards(page, tmp_pat
         page.execute_script("document.getElementById('send').click()")
         _wait(page, lambda d: len(_answers(d)) == 2 and _last_done(d))
         assert _sent(page)[-1]["messages"][-1]["content"] == "line one\nline two"
+
+
+#: what the picker's visible text is measured against: its whole selected name, its padding and its arrow
+_PICKER_TEXT_FITS = """const s = arguments[0], style = getComputedStyle(s);
+    const ctx = document.createElement('canvas').getContext('2d'); ctx.font = style.font;
+    const text = s.options[s.selectedIndex].text;
+    return [text, ctx.measureText(text).width + parseFloat(style.paddingLeft) + parseFloat(style.paddingRight) + 16
+            <= s.clientWidth]"""
+
+
+@pytest.mark.parametrize("width", [360, 390])
+def test_the_model_picker_is_readable_on_a_phone(page, tmp_path, serve, width):
+    """#42: at 390 px the header's picker shrank to its first letter, so on the device this is for
+    nobody could see which model answered. At 360 and 390 px its whole name shows, every control is
+    still a 44 px target, and nothing leaves the screen."""
+    if page.width_name != "phone":
+        pytest.skip("the phone widths are set on the phone browser")
+    live = serve("tiny-scripted")
+    page.set_window_size(width, 800)
+    try:
+        _open(page, live)
+        picker = page.find_element(By.ID, "model-picker")
+        text, fits = page.execute_script(_PICKER_TEXT_FITS, picker)
+        assert text == "tiny-scripted" and fits, (text, picker.size)
+        outside = page.execute_script("""return [...document.querySelectorAll('header *')]
+            .filter((e) => e.offsetParent !== null && !e.classList.contains('visually-hidden'))
+            .filter((e) => { const r = e.getBoundingClientRect(); return r.left < 0 || r.right > innerWidth; })
+            .map((e) => e.id || e.tagName)""")
+        assert outside == []
+        for name in ("toggle-list", "theme", "new-chat", "toggle-settings", "model-picker"):
+            size = page.find_element(By.ID, name).size
+            assert size["width"] >= 44 and size["height"] >= 44, (name, size)
+        _shot(page, tmp_path, f"picker-{width}px")
+    finally:
+        page.set_window_size(*WIDTHS["phone"])
 
 
 def test_keyboard_reaches_everything_and_focus_is_visible(page, serve):
