@@ -19,11 +19,11 @@ A new connection that finds the server (or its client's share,
 one whose body is slowest, provided it is below ``MIN_BODY_BYTES_PER_S``
 (after ``EVICT_GRACE_S``); only handling connections are never taken. A
 body that trickles below that rate is dropped anyway once ``BODY_GRACE_S``
-is over (a sweep every second), whether or not anyone needs the place; a
-stalled body used to hold its slot for Tornado's whole ``BODY_TIMEOUT_S``. Headers must
-arrive within ``HEADER_TIMEOUT_S``. ``/events`` subscribers have their own
-cap (``server.events``). So ``/health`` and a generation request always
-find a place.
+is over (a sweep every second), whether or not anyone needs the place (a
+stalled body used to hold its slot for Tornado's whole ``BODY_TIMEOUT_S``).
+Headers must arrive within ``HEADER_TIMEOUT_S``. ``/events`` subscribers
+have their own cap (``server.events``). So ``/health`` and a generation
+request always find a place.
 
 Malformed requests. Tornado answers a request it cannot parse (bad
 ``Content-Length``, bad chunked framing, a chunked body over its limit) with
@@ -228,12 +228,12 @@ class ApiHTTPServer(HTTPServer):
         else:
             return False
         self._close(victim)
+        self.evicted += 1
         return True
 
     def _close(self, connection: _Connection) -> None:
         connection.stream.close()
         self.connections.pop(id(connection.stream), None)
-        self.evicted += 1
 
     def sweep(self) -> None:
         """Drop every body slower than the minimum rate past its grace."""

@@ -267,8 +267,9 @@ def kv_quality_section(data: dict[str, Any]) -> list[str]:
     lines = ["## KV-cache quantisation: what it costs in quality (`tools/bench/kv_quality.py`)", "",
              f"SmolLM2-135M (real weights) scores a {data['tokens']}-token English text (`Llm.score`, teacher "
              "forcing) under each accepted `quant_qkv` mode and under `attention_mode` 8 (MNN's default: flash "
-             "attention, float cache), 9 (int8 keys) and 10 (int8 keys and values); log-probability differences are against the same "
-             "key's unquantised mode (`quant_qkv` 0, `attention_mode` 8), in nats.", "",
+             "attention, float cache), 9 (int8 keys) and 10 (int8 keys and values); log-probability "
+             "differences are against the same key's unquantised mode (`quant_qkv` 0, `attention_mode` 8), "
+             "in nats.", "",
              "| mode | perplexity | vs unquantised | mean abs logprob change | largest change |",
              "|---|---|---|---|---|"]
     lines += [f"| {mode} | {r['perplexity']:.3f} | {r['perplexity_ratio']:.4f}x | {r['mean_abs_logprob_diff']:.4f} | "
