@@ -20,16 +20,17 @@ import secrets
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..errors import MnnEngineError
 from ..runtime import media
 from ..runtime.generation import GenerationResult, TokenLogprob
-from ..runtime.image_decode import decode_image
+from ..runtime.image_decode import write_decoded_image
 from ..runtime.media_header import MediaRefused, read_wav_header
+from ..runtime.memory import TRIM_AFTER_BYTES, trim_allocator
 from ..runtime.prompt import ChatMessages, chat_messages
 from ..scratch import scratch_dir
 
@@ -63,15 +64,21 @@ class ChatRequest:
     media_dir: str | None = None
 
     def cleanup(self) -> None:
-        """Remove the decoded images' and sounds' private directory."""
+        """Remove the decoded images' and sounds' private directory (and give a large image's buffers, which
+        MNN has freed by now, back to the system)."""
+        big = False
         for path in self.media_files:
             media.unregister(path, "audio" if path.suffix == ".wav" else "img")  # _private_file's suffixes
+            with contextlib.suppress(OSError):
+                big = big or path.stat().st_size >= TRIM_AFTER_BYTES
         self.media_files = []
         if self.media_dir:
             for path in Path(self.media_dir).glob("*"):
                 path.unlink(missing_ok=True)
             os.rmdir(self.media_dir)
             self.media_dir = None
+        if big:
+            trim_allocator()
 
 
 @dataclass(frozen=True)
@@ -305,10 +312,9 @@ def _image_file(spec: Any, where: str, policy: MediaPolicy, request: ChatRequest
     if not data:
         raise bad(where, "the image is empty")
     try:  # decoded in full here; MNN reads the pixels back from a plain BMP (runtime/image_decode.py)
-        pixels = decode_image(data)
+        return _private_file(request, lambda out: write_decoded_image(data, out), ".bmp", "img")
     except MediaRefused as exc:
         raise bad(where, f"{where}: {exc}") from exc
-    return _private_file(request, pixels, ".bmp", "img")
 
 
 def _audio_file(spec: Any, where: str, policy: MediaPolicy, request: ChatRequest) -> str:
@@ -331,17 +337,22 @@ def _audio_file(spec: Any, where: str, policy: MediaPolicy, request: ChatRequest
         read_wav_header(data)
     except MediaRefused as exc:
         raise bad(where, f"{where}: {exc}") from exc
-    return _private_file(request, data, ".wav", "audio")
+    return _private_file(request, lambda out: out.write(data), ".wav", "audio")
 
 
-def _private_file(request: ChatRequest, data: bytes, suffix: str, kind: str) -> str:
-    """``data`` in the request's private directory (mode 0600 in 0700), registered for MNN until cleanup()."""
+def _private_file(request: ChatRequest, write: Callable[[BinaryIO], object], suffix: str, kind: str) -> str:
+    """A file ``write`` fills in the request's private directory (mode 0600 in 0700), registered for MNN
+    until cleanup(); removed again if ``write`` raises."""
     if request.media_dir is None:
         request.media_dir = tempfile.mkdtemp(prefix="media-", dir=scratch_dir())  # mode 0700
     path = Path(request.media_dir) / f"{len(request.media_files)}{suffix}"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
     request.media_files.append(path)
     media.register(path, kind)  # its tag may reach MNN's tokenizer until cleanup()
     return str(path)

@@ -13,7 +13,8 @@ sent. The header check (``media_header``) sees none of that. So:
   refusing what it cannot decode with ``MediaRefused``, and returns the pixels
   as an uncompressed 24-bit BMP: what MNN's stb then reads holds no
   compressed stream and no header it could misread. The server writes that
-  BMP, never the client's bytes (``api/openai_chat``).
+  BMP (``write_decoded_image``, straight into the request's private file),
+  never the client's bytes (``api/openai_chat``).
 - ``check_image`` decodes a caller's own file the same way and discards the
   pixels (``media.check_files``, for ``media.trusted`` files): MNN reads the
   file itself, now known to decode.
@@ -27,10 +28,11 @@ Pillow is the ``vision`` extra: without it no image is given to MNN at all.
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..errors import MnnEngineError
 from .media_header import MediaRefused, read_image_header
+from .memory import TRIM_AFTER_BYTES, trim_allocator
 
 #: Pillow's names of the formats MNN's stb reads, by ``media_header``'s names
 _PILLOW_FORMATS = {"png": "PNG", "jpeg": "JPEG", "bmp": "BMP"}
@@ -70,20 +72,29 @@ def check_image(data: bytes) -> None:
     _decoded(data).close()
 
 
-def decode_image(data: bytes) -> bytes:
-    """``data`` decoded in full and written again as an uncompressed 24-bit BMP
-    (what MNN's stb_image reads back pixel for pixel); ``MediaRefused`` if it
-    cannot be decoded."""
+def write_decoded_image(data: bytes, out: BinaryIO) -> None:
+    """Decode ``data`` in full (``MediaRefused`` if it cannot be, before anything
+    is written) and write its pixels to ``out`` as an uncompressed 24-bit BMP,
+    what MNN's stb_image reads back pixel for pixel.
+
+    Written straight to ``out``: a 16 MP image is 48 MiB of pixels, and an
+    in-memory BMP besides them would double what a request holds at its peak."""
     image = _decoded(data)
     try:
         if image.mode in ("I;16", "I;16B", "I;16L", "I"):  # 16-bit grey: its high byte, as stb keeps it
             image = image.point(lambda v: v / 256).convert("L")
-        rgb = image.convert("RGB")
-        out = io.BytesIO()
-        rgb.save(out, format="BMP")
-        return out.getvalue()
+        (image if image.mode == "RGB" else image.convert("RGB")).save(out, format="BMP")
     finally:
         image.close()
+        if image.width * image.height * 3 >= TRIM_AFTER_BYTES:  # its pixels are freed: given back now
+            trim_allocator()
+
+
+def decode_image(data: bytes) -> bytes:
+    """``write_decoded_image``'s BMP as bytes."""
+    out = io.BytesIO()
+    write_decoded_image(data, out)
+    return out.getvalue()
 
 
 def _reason(exc: BaseException) -> str:

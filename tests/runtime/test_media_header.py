@@ -166,3 +166,22 @@ def test_mutated_images_are_decoded_or_refused_never_anything_else(data):
     except MediaRefused:
         return
     assert read_image_header(out).format == "bmp"
+
+
+def test_a_big_images_buffers_are_given_back_once_it_is_written(tmp_path):
+    """A 6 MP image decoded and written in a thread of its own (as a server's text worker does) leaves
+    nothing behind: without image_decode's trim glibc kept 23 MiB of its freed pixels in that thread's
+    arena (measured in a fresh process, 3000x2000 PNG)."""
+    import threading
+
+    from mnn_engine.runtime.image_decode import write_decoded_image
+    from mnn_engine.runtime.memory import rss_bytes
+
+    data = png(3000, 2000, pattern=True)
+    before = rss_bytes()
+    with open(tmp_path / "out.bmp", "wb") as out:
+        worker = threading.Thread(target=write_decoded_image, args=(data, out))
+        worker.start()
+        worker.join()
+    assert (tmp_path / "out.bmp").stat().st_size == 54 + 3000 * 2000 * 3
+    assert rss_bytes() - before < 8 * 2**20, (before, rss_bytes())

@@ -74,6 +74,8 @@ CXX=aarch64-linux-gnu-g++ RPATH=${libdir#"$CHROOT"} tools/mnn/build_row_probe.sh
   "$CACHE/cross-source/src/subprojects/MNN" >/dev/null
 mkdir -p "$CHROOT/models"
 for model in tiny tiny-int8 tiny-scripted smollm2-135m; do
+  # tiny-int8 is an optional model: built here when it is missing
+  [ -d "$MODELS/$model" ] || python3 tools/models/build_test_models.py "$model"
   [ -d "$CHROOT/models/$model" ] || cp -r "$MODELS/$model" "$CHROOT/models/"
 done
 command -v gdb-multiarch >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q gdb-multiarch >/dev/null
