@@ -38,17 +38,19 @@ def chat():
 
 # ---------------------------------------------------------------- every OpenAI answer fits OpenAI's schema
 # Whatever a test sends, each answer of an OpenAI route (/v1/...) is checked at the server, as it is
-# written, against OpenAI's own JSON schema for it (tests/openai_schemas.py); a test whose requests got
-# an answer that does not fit fails (issue 26).
+# written, against OpenAI's own JSON schema for it (tests/openai_schemas.py), and each of Anthropic's
+# (/v1/messages, events included) against the anthropic SDK's own types (tests/anthropic_types.py); a
+# test whose requests got an answer that does not fit fails (issue 26).
 _schema_violations: list[str] = []
 
 
 def _watch_openai_answers() -> None:
     import json
 
+    from mnn_engine.server.anthropic import AnthropicHandler
     from mnn_engine.server.app import BodyHandler, JsonHandler
 
-    plain, event = JsonHandler.send_json_bytes, BodyHandler.send_event
+    plain, event, named = JsonHandler.send_json_bytes, BodyHandler.send_event, AnthropicHandler.send_named_event
 
     def send_json_bytes(self, body: bytes, status: int = 200) -> None:
         _record(self.request.path, status, json.loads(body), False)
@@ -58,12 +60,24 @@ def _watch_openai_answers() -> None:
         _record(self.request.path, 200, data, True)
         await event(self, data)
 
+    async def send_named_event(self, name: str, data) -> None:
+        from anthropic_types import violations
+
+        _schema_violations.extend(f"{self.request.path} event {name}: {problem}"
+                                  for problem in violations(self.request.path, 200, {"type": name, **data}, name))
+        await named(self, name, data)
+
     JsonHandler.send_json_bytes, BodyHandler.send_event = send_json_bytes, send_event
+    AnthropicHandler.send_named_event = send_named_event
 
 
 def _record(path: str, status: int, body, streamed: bool) -> None:
+    from anthropic_types import violations
     from openai_schemas import check
 
+    if path.startswith("/v1/messages"):
+        _schema_violations.extend(f"{path} ({status}): {problem}" for problem in violations(path, status, body))
+        return
     _schema_violations.extend(f"{path} ({status}): {problem}" for problem in check(path, status, body, streamed))
 
 

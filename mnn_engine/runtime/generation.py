@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 TokenCallback = Callable[[str], Any]
 #: receives the rendered prompt text (None for token ids) and the number of dropped messages
-PromptCallback = Callable[[str | None, int], Any]
+PromptCallback = Callable[[str | None, int, int], Any]
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ class PreparedGeneration:
 
     def run(self, callback: TokenCallback | None = None,
             on_prompt: PromptCallback | None = None) -> GenerationResult:
-        """Generate; ``on_prompt(text, dropped)`` gets the rendered prompt first."""
+        """Generate; ``on_prompt(text, dropped, prompt_tokens)`` gets the rendered prompt first."""
         return self.runner(self, callback, on_prompt)
 
     def abandon(self) -> None:

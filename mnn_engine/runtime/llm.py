@@ -708,8 +708,8 @@ class Llm:
     def _run(self, run: PreparedGeneration, callback: TokenCallback | None,
              on_prompt: PromptCallback | None = None) -> GenerationResult:
         """Run a prepared generation (``PreparedGeneration.run``); gives its claim back.
-        ``on_prompt`` receives the rendered prompt text and the number of
-        dropped messages before the first token."""
+        ``on_prompt`` receives the rendered prompt text, the number of
+        dropped messages and the prompt's token count before the first token."""
         settings, config = run.settings, run.config
         try:
             dropped = 0
@@ -726,7 +726,7 @@ class Llm:
                 outcome, ids = _mnn.GenerationOutcome(), []
             else:
                 if on_prompt is not None:
-                    on_prompt(text, dropped)
+                    on_prompt(text, dropped, len(ids))
                 settings.draft_tokens = self._draft_tokens(run.core, config)
                 # Images and audio: their placeholder ids do not tell one picture from another, so such
                 # prompts neither reuse the KV cache nor leave it to be reused.

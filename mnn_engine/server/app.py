@@ -110,8 +110,8 @@ def error_body(code: str, message: str, param: str | None = None) -> dict[str, A
 
 
 class JsonHandler(tornado.web.RequestHandler):
-    """JSON errors for everything, bearer authentication for all but
-    ``PUBLIC_PATHS``, and an ``X-Request-Id`` on every answer."""
+    """JSON errors for everything, authentication (a bearer token, or Anthropic's
+    ``x-api-key``) for all but ``PUBLIC_PATHS``, and an ``X-Request-Id`` on every answer."""
 
     ctx: ServerContext
     #: the client's own X-Request-Id when it sent a well-formed one, else ours; on every answer
@@ -147,7 +147,8 @@ class JsonHandler(tornado.web.RequestHandler):
         self.set_header("Access-Control-Allow-Origin", "*" if "*" in allowed else origin)
         self.set_header("Vary", "Origin")
         if self.request.method == "OPTIONS":
-            self.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type")
+            self.set_header("Access-Control-Allow-Headers",
+                            "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta")
             self.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
             self.set_header("Access-Control-Max-Age", "600")
 
@@ -158,9 +159,11 @@ class JsonHandler(tornado.web.RequestHandler):
         if not public and key and self.request.method != "OPTIONS":
             header = self.request.headers.get("Authorization", "")
             scheme, _, token = header.partition(" ")
-            ok = scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
-            if not ok:
-                raise MnnEngineError("unauthorized", "missing or wrong API key (Authorization: Bearer <key>)")
+            if scheme.lower() != "bearer":  # Anthropic's clients send the key as x-api-key
+                token = self.request.headers.get("X-Api-Key", "")
+            if not hmac.compare_digest(token.strip().encode(), key.encode()):
+                raise MnnEngineError("unauthorized", "missing or wrong API key (Authorization: Bearer <key>, "
+                                                     "or x-api-key: <key>)")
 
     def send_json(self, data: Any, status: int = 200) -> None:
         self.send_json_bytes(jsonutil.dumps(data), status)

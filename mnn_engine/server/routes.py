@@ -1,6 +1,6 @@
 """Every route of the server, by dialect: the server's own (page, health,
-API description), OpenAI's, llama-server's tokenizer routes, Ollama's, and
-the metrics."""
+API description), OpenAI's, llama-server's tokenizer routes, Ollama's,
+Anthropic's Messages API, and the metrics."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import tornado.web
 
-from . import events, metrics, ollama, tokenizer_routes
+from . import anthropic, events, metrics, ollama, tokenizer_routes
 from .app import (
     ChatCompletionsHandler,
     HealthHandler,
@@ -36,6 +36,7 @@ def make_app(ctx: ServerContext) -> tornado.web.Application:
         (r"/v1/embeddings", EmbeddingsHandler, {"ctx": ctx}),
         *tokenizer_routes.routes(ctx),
         *ollama.routes(ctx),
+        *anthropic.routes(ctx),
         *metrics.routes(ctx),
         *events.routes(ctx),
     ]

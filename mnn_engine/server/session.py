@@ -86,7 +86,8 @@ class GenerationSession:
         self.parse, self.parse_tools = parse, parse_tools
         #: streamed, a tool call goes out piece by piece (OpenAI's deltas); else whole when it ends
         self.stream_tool_arguments = stream_tool_arguments
-        self._rendered: list[tuple[str | None, int]] = []  # (prompt text, messages dropped), from the generation thread
+        #: (prompt text, messages dropped, prompt tokens), from the generation thread
+        self._rendered: list[tuple[str | None, int, int]] = []
 
     def _submit(self, engine: Any, put: Callable[[str], None] | None) -> Future[GenerationResult]:
         handler = self.handler
@@ -104,6 +105,11 @@ class GenerationSession:
     @property
     def dropped(self) -> int:
         return self._rendered[0][1] if self._rendered else 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompt's token count, once the generation has rendered it (0 before)."""
+        return self._rendered[0][2] if self._rendered else 0
 
     @staticmethod
     def _feed(parser: OutputParser | None, text: str) -> list[Delta]:

@@ -215,7 +215,7 @@ def test_a_prefill_cancelled_between_chunks_leaves_its_chunks_to_reuse(tiny, fre
     chat = [{"role": "user", "content": "Tell me about the sea. " * 120}]
     tiny.forget_prompt_cache()
     run = tiny.prepare(chat, temperature=0, max_tokens=4, logprobs=True)
-    assert run.run(on_prompt=lambda text, dropped: tiny.cancel()).finish_reason == "cancelled"
+    assert run.run(on_prompt=lambda text, dropped, tokens: tiny.cancel()).finish_reason == "cancelled"
     chunk = _mnn.prefill_chunk(tiny.batch_exact)
     assert held_ids(tiny) == (tiny.prompt_ids(chat)[:chunk] if tiny.batch_exact else tiny.prompt_ids(chat))
     again = tiny.generate(chat, temperature=0, max_tokens=4, logprobs=True)
