@@ -62,6 +62,7 @@ def test_each_readme_python_example_runs(home, index):
     if "{port}" in code:  # a client of `serve`: a server of the store (holding the test model as qwen3-0-6b)
         server = ("from mnn_engine import ModelPool as _Pool\n"
                   "_url = _Pool(defaults={'threads': 1}).start_server(port=0)\n")
-        code = server + code.replace('"http://127.0.0.1:{port}/v1"', '_url + "/v1"')
+        code = server + code.replace('"http://127.0.0.1:{port}/v1"', '_url + "/v1"').replace(
+            '"http://127.0.0.1:{port}"', "_url")  # Anthropic's SDK: the base URL without /v1
     done = _run(code, home)
     assert done.returncode == 0, f"README block {index}:\n{code}\n{done.stderr[-3000:]}"
