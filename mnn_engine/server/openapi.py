@@ -17,12 +17,12 @@ _NUMBER = {"type": "number"}
 _INTEGER = {"type": "integer"}
 
 
-def _errors(*statuses: int) -> dict[str, Any]:
+def _errors(*statuses: int, schema: dict[str, Any] = _ERROR) -> dict[str, Any]:
     out = {}
     for status in statuses:
         codes = sorted(code for code, kind in ERROR_CODES.items() if kind.http_status == status)
         out[str(status)] = {"description": "error: " + ", ".join(codes),
-                            "content": {"application/json": {"schema": _ERROR}}}
+                            "content": {"application/json": {"schema": schema}}}
     return out
 
 
@@ -162,6 +162,31 @@ def _post(summary: str, schema: dict[str, Any], statuses: tuple[int, ...], **con
                      "responses": {"200": {"description": "OK", "content": ok}, **_errors(*statuses, *_COMMON)}}}
 
 
+#: Anthropic's Messages request (its API reference; the blocks are checked by api/anthropic_messages.py)
+_ANTHROPIC_BLOCK = {"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}}}
+_ANTHROPIC_BLOCKS = {"oneOf": [{"type": "string"}, {"type": "array", "items": _ANTHROPIC_BLOCK}]}
+_ANTHROPIC_REQUEST = {"type": "object", "required": ["model", "messages"], "properties": {
+    "model": {"type": "string"}, "max_tokens": {"type": "integer", "minimum": 1}, "system": _ANTHROPIC_BLOCKS,
+    "messages": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role", "content"],
+                                                           "properties": {"role": {"enum": ["user", "assistant"]},
+                                                                          "content": _ANTHROPIC_BLOCKS}}},
+    "stop_sequences": {"type": "array", "items": {"type": "string"}}, "stream": {"type": "boolean"},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 1}, "top_p": {"type": "number", "minimum": 0,
+                                                                              "maximum": 1},
+    "top_k": {"type": "integer", "minimum": 0}, "tools": {"type": "array", "items": {"type": "object"}},
+    "tool_choice": {"type": "object"}, "thinking": {"type": "object"}, "output_config": {"type": "object"},
+    "metadata": {"type": "object"}}}
+_ANTHROPIC_ERROR = {"$ref": "#/components/schemas/AnthropicError"}
+
+
+def _anthropic_post(summary: str, statuses: tuple[int, ...], **content: Any) -> dict[str, Any]:
+    """A route of Anthropic's: its key may be x-api-key, its errors are in Anthropic's shape."""
+    route = _post(summary, _ANTHROPIC_REQUEST, (), **content)
+    route["post"]["security"] = [{"bearer": []}, {"x-api-key": []}, {}]
+    route["post"]["responses"].update(_errors(*statuses, *_COMMON, schema=_ANTHROPIC_ERROR))
+    return route
+
+
 def _get(summary: str, **content: Any) -> dict[str, Any]:
     ok = content or {"application/json": {"schema": {"type": "object"}}}
     return {"get": {"summary": summary, "security": [{"bearer": []}, {}],
@@ -184,12 +209,18 @@ def openapi_spec() -> dict[str, Any]:
         "info": {"title": "mnn-engine", "version": __version__,
                  "description": "An MNN model on the device as an OpenAI-compatible HTTP API."},
         "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"},
+                                "x-api-key": {"type": "apiKey", "in": "header", "name": "x-api-key"}},
             "schemas": {"Error": {"type": "object", "required": ["error"], "properties": {"error": {
                 "type": "object", "required": ["message", "type", "code"],
                 "properties": {"message": {"type": "string"}, "type": {"type": "string"},
                                "param": {"type": "string", "nullable": True},
-                               "code": {"type": "string", "enum": sorted(ERROR_CODES)}}}}}},
+                               "code": {"type": "string", "enum": sorted(ERROR_CODES)}}}}},
+                "AnthropicError": {"type": "object", "required": ["type", "error"], "properties": {
+                    "type": {"enum": ["error"]}, "error": {"type": "object", "required": ["type", "message"],
+                                                           "properties": {"type": {"type": "string"},
+                                                                          "message": {"type": "string"},
+                                                                          "code": {"enum": sorted(ERROR_CODES)}}}}}},
         },
         "paths": {
             "/": {"get": {"summary": "the built-in chat page", "responses": {
@@ -233,6 +264,12 @@ def openapi_spec() -> dict[str, Any]:
             "/apply-template": _post("the prompt the chat template makes of messages", {
                 "type": "object", "required": ["messages"], "properties": {
                     "messages": {"type": "array", "minItems": 1, "items": _MESSAGE}}}, (400, 401, 413, 415, 422, 503)),
+            "/v1/messages": _anthropic_post(
+                "Anthropic's Messages API: an answer, or Anthropic's server-sent events when stream is true",
+                (*_GENERATION_ERRORS, 404), **{"application/json": {"schema": {"type": "object"}},
+                                               "text/event-stream": {"schema": {"type": "string"}}}),
+            "/v1/messages/count_tokens": _anthropic_post("Anthropic's Messages API: the prompt's token count",
+                                                         (*_GENERATION_ERRORS, 404)),
             "/metrics": _get("Prometheus metrics", **{"text/plain": {"schema": {"type": "string"}}}),
             "/events": _get("the engine's events (model, generation, server, pull) as server-sent events",
                             **{"text/event-stream": {"schema": {"type": "string"}}}),

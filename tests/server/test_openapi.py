@@ -68,9 +68,9 @@ OPERATIONS = [op for op in (result.ok() for result in SCHEMA.get_all_operations(
 
 def _bounded(case, mode=None) -> None:
     """Short generations: the fuzzer is after the request parser, not the model. Schema-valid
-    Ollama requests name the served model (a random name is a 404 before any parsing)."""
+    Ollama and Anthropic requests name the served model (a random name is a 404 before any parsing)."""
     if isinstance(case.body, dict):
-        if mode is GenerationMode.POSITIVE and case.path.startswith("/api/") and "model" in case.body:
+        if mode is GenerationMode.POSITIVE and case.path.startswith(("/api/", "/v1/messages")) and "model" in case.body:
             case.body["model"] = "tiny"
         for name in ("max_tokens", "max_completion_tokens", "n_predict"):
             value = case.body.get(name)
