@@ -7,7 +7,9 @@
 # Usage (as root, from a checkout, after tools/arm/probe.sh installed the
 # aarch64 wheel in /opt/venv-probe): tools/arm/memory.sh [KEY=JSON ...]
 #   ARM_CPU      qemu CPU model (default cortex-a76: ARMv8.2 fp16, most phones)
-#   the arguments: MNN config overrides passed to Llm (e.g. precision='"high"')
+#   MODEL        a test model's name (default qwen3-0.6b-shape)
+#   the arguments: memory_guest.py's (--gen N, --prompt-tokens N) and MNN config
+#                overrides passed to Llm (e.g. precision='"high"')
 # Result: build/arm/memory/result-CPU[-overrides].json, and the run's entry in
 # bench-results/arm_memory.json (docs/benchmarks.md's phone-memory table,
 # tools/bench/report.py)
@@ -15,6 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODELS=${MNN_ENGINE_TEST_MODELS:-$HOME/.cache/mnn-engine/test-models/v1}
 ARM_CPU=${ARM_CPU:-cortex-a76}
+MODEL=${MODEL:-qwen3-0.6b-shape}
 VENV=/opt/venv-probe
 OUT=build/arm/memory
 # shellcheck source=tools/arm/root.sh
@@ -27,12 +30,13 @@ trap arm_root_unmount EXIT
 arm_root_mount
 [ -x "$CHROOT$VENV/bin/python" ] || { echo "no $VENV in the root: run tools/arm/probe.sh first" >&2; exit 2; }
 mkdir -p "$CHROOT/models" "$OUT"
-[ -d "$CHROOT/models/qwen3-0.6b-shape" ] || cp -r "$MODELS/qwen3-0.6b-shape" "$CHROOT/models/"
+[ -d "$CHROOT/models/$MODEL" ] || cp -r "$MODELS/$MODEL" "$CHROOT/models/"
 cp tools/arm/memory_guest.py "$CHROOT/opt/memory_guest.py"
 name=$ARM_CPU
+[ "$MODEL" = qwen3-0.6b-shape ] || name+=-$MODEL
 for arg in "$@"; do name+=-$(printf '%s' "$arg" | tr -c 'A-Za-z0-9_=.-' _); done
 chroot "$CHROOT" /usr/bin/env -i HOME=/root PATH="$VENV/bin:/usr/bin:/bin" QEMU_CPU="$ARM_CPU" \
-  "$VENV/bin/python" /opt/memory_guest.py /models/qwen3-0.6b-shape "$@" | tee "$OUT/result-$name.json.tmp"
+  "$VENV/bin/python" /opt/memory_guest.py "/models/$MODEL" "$@" | tee "$OUT/result-$name.json.tmp"
 { printf '{"qemu": "%s -cpu %s", "date": "%s", "commit": "%s",\n "result": ' "$QEMU_VERSION" "$ARM_CPU" \
   "$(date +%Y-%m-%d)" "$(git rev-parse --short HEAD)"; cat "$OUT/result-$name.json.tmp"; echo '}'; } >"$OUT/result-$name.json"
 rm "$OUT/result-$name.json.tmp"

@@ -12,7 +12,8 @@ which gives every mapping's real Rss. A thread samples both every
 ``--interval`` seconds; the guest's resident set is the Rss of the host
 mappings inside guest mappings, and what is left (qemu's binary, heap,
 translation cache and its threads' arenas) is qemu's. Peaks are per phase:
-load, prefill (the first token), decode, and after the answer (stable).
+load, prefill (the first token), decode, after the answer (stable) and after
+the C allocator has been asked to give back what it no longer uses (trimmed).
 Prints one JSON object.
 """
 
@@ -152,6 +153,13 @@ def main() -> None:
             sampler.enter("decode")
     gen_s = time.monotonic() - t1
     sampler.enter("stable")
+    time.sleep(max(args.interval * 4, 0.2))
+    # what the C allocator holds but no longer uses (replaced KV buffers among it) given back: what is left
+    # is what the model and its cache hold
+    from mnn_engine.runtime.memory import give_back_memory
+
+    give_back_memory()
+    sampler.enter("trimmed")
     time.sleep(max(args.interval * 4, 0.2))
     sampler.stop()
     print(json.dumps({

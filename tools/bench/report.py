@@ -136,23 +136,27 @@ def _mib(kib: int) -> str:
 def arm_memory_section(data: dict[str, Any]) -> list[str]:
     """The guest's resident memory under qemu-user (tools/arm/memory.sh): MiB = KiB / 1024."""
     lines = ["## Memory of the phone's path (`tools/arm/memory.sh`)", "",
-             "The Qwen3-0.6B-shape model (int4) in the arm64 root under qemu-user: a prompt, then "
-             "greedy tokens with end tokens ignored. The guest's resident pages (its mappings' share of "
-             "the process's real Rss) apart from qemu's own (binary, heap, translation cache), sampled "
-             f"every 50 ms; seed 003's phone figure: {PHONE_MEMORY_MB['peak']} MB peak, "
-             f"{PHONE_MEMORY_MB['stable']} MB stable.", "",
-             "| CPU, config | prompt + tokens | peak: load | peak: prefill | peak: decode | after (stable) "
-             "| of the peak: anonymous / mapped files / code | qemu's own at the peak |",
-             "|---|---|---|---|---|---|---|---|"]
+             "An int4 model in the arm64 root under qemu-user: a prompt, then greedy tokens with end tokens "
+             "ignored. The guest's resident pages (its mappings' share of the process's real Rss) apart from "
+             "qemu's own (binary, heap, translation cache), sampled every 50 ms; seed 003's phone figure "
+             f"(Qwen3-0.6B): {PHONE_MEMORY_MB['peak']} MB peak, {PHONE_MEMORY_MB['stable']} MB stable. "
+             "Trimmed: after the answer, once the C allocator has given back what it holds unused "
+             "(`malloc_trim`), the guest's anonymous memory (where measured).", "",
+             "| model | CPU, config | prompt + tokens | peak: load | peak: prefill | peak: decode | after (stable) "
+             "| of the peak: anonymous / mapped files / code | qemu's own at the peak | anonymous: stable / trimmed |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for _name, run in sorted(data["runs"].items()):
         r = run["result"]
         peaks = r["peak_kib"]
         top = max(peaks.values(), key=lambda p: p["guest"])
-        lines.append(f"| {run['qemu'].split(' -cpu ')[-1]}{', ' + json.dumps(r['config']) if r['config'] else ''} "
+        trimmed = _mib(peaks["trimmed"]["anonymous"]) if "trimmed" in peaks else "-"
+        lines.append(f"| {r['model']} | {run['qemu'].split(' -cpu ')[-1]}"
+                     f"{', ' + json.dumps(r['config']) if r['config'] else ''} "
                      f"| {r['prompt_tokens']} + {r['pieces']} "
                      f"| {_mib(peaks['load']['guest'])} | {_mib(peaks['prefill']['guest'])} "
                      f"| {_mib(peaks['decode']['guest'])} | {_mib(peaks['stable']['guest'])} "
-                     f"| {_mib(top['anonymous'])} / {_mib(top['files'])} / {_mib(top['code'])} | {_mib(top['qemu'])} |")
+                     f"| {_mib(top['anonymous'])} / {_mib(top['files'])} / {_mib(top['code'])} | {_mib(top['qemu'])} "
+                     f"| {_mib(peaks['stable']['anonymous'])} / {trimmed} |")
     return lines
 
 
