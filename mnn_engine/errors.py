@@ -40,6 +40,8 @@ ERROR_CODES: dict[str, ErrorKind] = {
     "forbidden": ErrorKind(403, "permission_error",
                            "The request comes from a web page or host name this server does not serve."),
     "not_found": ErrorKind(404, "invalid_request_error", "No such route."),
+    "response_not_found": ErrorKind(
+        404, "invalid_request_error", "No stored response with that ID (never stored, deleted, or evicted)."),
     "method_not_allowed": ErrorKind(405, "invalid_request_error", "The route does not take that method."),
     "payload_too_large": ErrorKind(413, "invalid_request_error", "The request body is too large."),
     "unsupported_media_type": ErrorKind(415, "invalid_request_error", "The request body must be JSON."),

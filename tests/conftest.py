@@ -56,9 +56,9 @@ def _watch_openai_answers() -> None:
         _record(self.request.path, status, json.loads(body), False)
         plain(self, body, status)
 
-    async def send_event(self, data) -> None:
+    async def send_event(self, data, name=None) -> None:
         _record(self.request.path, 200, data, True)
-        await event(self, data)
+        await event(self, data, name)
 
     async def send_named_event(self, name: str, data) -> None:
         from anthropic_types import violations

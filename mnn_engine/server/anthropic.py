@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .. import jsonutil
 from ..api.anthropic_messages import (
     content_blocks,
     error_payload,
@@ -42,8 +41,7 @@ class AnthropicHandler(BodyHandler):
 
     async def send_named_event(self, name: str, data: dict[str, Any]) -> None:
         """One of Anthropic's server-sent events (``event:`` line, then the data with its ``type``)."""
-        await self.send_now(b"event: " + name.encode() + b"\ndata: " + jsonutil.dumps({"type": name, **data})
-                            + b"\n\n")
+        await self.send_event({"type": name, **data}, name)
 
     async def request_for(self, *, counting: bool = False) -> tuple[str, ChatRequest]:
         body = self.parse_body()

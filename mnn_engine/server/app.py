@@ -39,6 +39,7 @@ from ..api.openai_chat import (
     message_from,
     parse_chat_request,
 )
+from ..api.response_store import ResponseStore
 from ..errors import ERROR_CODES, MnnEngineError
 from ..net import is_loopback_host
 from ..runtime.embedding import EmbeddingResult
@@ -97,6 +98,8 @@ class ServerContext:
     events: Any = None
     #: the tokenizer routes' work (tokenize, detokenize, templates), and reading models' files, off the IOLoop
     text_work: DaemonPool = field(default_factory=lambda: DaemonPool("mnn-engine-text", TEXT_WORKERS))
+    #: the Responses API's stored responses (in memory, bounded, lost when the server stops)
+    responses: ResponseStore = field(default_factory=ResponseStore)
     #: model loads (one at a time: ``ModelPool.acquire``), off the IOLoop
     loads: DaemonPool = field(default_factory=lambda: DaemonPool("mnn-engine-load", 1))
     #: new grammars' sandbox checks (one child, one at a time), outside the generation turn and off the
@@ -484,8 +487,11 @@ class BodyHandler(JsonHandler):
             self.check_not_cancelled(self.generation.result())
         return first
 
-    async def send_event(self, data: Any) -> None:
-        await self.send_now(b"data: " + jsonutil.dumps(data) + b"\n\n")
+    async def send_event(self, data: Any, name: str | None = None) -> None:
+        """One server-sent event (``name``: its ``event:`` line, which Anthropic's and the Responses API's
+        streams carry)."""
+        head = b"event: " + name.encode() + b"\n" if name else b""
+        await self.send_now(head + b"data: " + jsonutil.dumps(data) + b"\n\n")
 
     async def send_now(self, payload: bytes) -> None:
         """Write and flush a piece of a streamed answer (nothing once the client is gone)."""

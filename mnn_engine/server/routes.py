@@ -1,5 +1,5 @@
 """Every route of the server, by dialect: the server's own (page, health,
-API description), OpenAI's, llama-server's tokenizer routes, Ollama's,
+API description), OpenAI's (the Responses API among them), llama-server's tokenizer routes, Ollama's,
 Anthropic's Messages API, and the metrics."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import tornado.web
 
-from . import anthropic, events, metrics, ollama, tokenizer_routes
+from . import anthropic, events, metrics, ollama, responses, tokenizer_routes
 from .app import (
     ChatCompletionsHandler,
     HealthHandler,
@@ -34,6 +34,7 @@ def make_app(ctx: ServerContext) -> tornado.web.Application:
         (r"/v1/chat/completions", ChatCompletionsHandler, {"ctx": ctx}),
         (r"/v1/completions", CompletionsHandler, {"ctx": ctx}),
         (r"/v1/embeddings", EmbeddingsHandler, {"ctx": ctx}),
+        *responses.routes(ctx),
         *tokenizer_routes.routes(ctx),
         *ollama.routes(ctx),
         *anthropic.routes(ctx),

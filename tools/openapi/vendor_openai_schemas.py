@@ -5,7 +5,8 @@ Usage: python tools/openapi/vendor_openai_schemas.py OPENAPI_JSON COMMIT
 
 OPENAPI_JSON is ``openapi.json`` of github.com/openai/openai-openapi (MIT
 licensed) at COMMIT. The schemas the suite's responses must match (chat
-completions, their chunks, completions, embeddings, models, errors) are
+completions, their chunks, completions, embeddings, models, errors, responses
+and their stream events) are
 written with every schema they reference, and without descriptions and
 examples, to ``tests/schemas/openai_components.json``, with the source,
 commit and licence beside them. The tests resolve the ``$ref``s with
@@ -22,7 +23,9 @@ from typing import Any
 
 #: what the server answers, in OpenAI's names
 ROOTS = ["CreateChatCompletionResponse", "CreateChatCompletionStreamResponse", "CreateCompletionResponse",
-         "CreateEmbeddingResponse", "Model", "ListModelsResponse", "ErrorResponse"]
+         "CreateEmbeddingResponse", "Model", "ListModelsResponse", "ErrorResponse",
+         # the Responses API: a response, its stream events, the input items of a stored one
+         "Response", "ResponseStreamEvent", "ResponseItemList"]
 OUT = Path(__file__).resolve().parents[2] / "tests" / "schemas" / "openai_components.json"
 _DROPPED = {"description", "example", "examples", "title"}
 

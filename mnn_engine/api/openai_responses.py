@@ -1,0 +1,313 @@
+"""OpenAI's Responses API (``POST /v1/responses``) in the engine's terms.
+
+A request becomes the chat route's own request (``parse_chat_request``), so
+its rules are enforced in one place; this module translates shapes, after
+OpenAI's OpenAPI document (``Response``, ``ResponseStreamEvent``) and the
+``openai`` SDK:
+
+- ``input`` (a string, or items: messages with ``input_text`` /
+  ``input_image`` / ``output_text`` parts, ``function_call`` and
+  ``function_call_output`` items, earlier ``reasoning`` items, which are
+  dropped from the prompt as OpenAI drops them) and ``instructions`` become
+  chat messages; ``previous_response_id``'s conversation comes first
+  (``api/response_store``);
+- ``tools`` of type ``function`` are chat tools; OpenAI's built-in tools
+  (web and file search, code interpreter, computer use, MCP, image
+  generation, shells) cannot run here and are refused by name;
+- ``text.format`` goes through structured output, ``reasoning.effort`` maps
+  as the chat route's ``reasoning_effort``, ``max_output_tokens`` is
+  ``max_tokens``;
+- the answer's ``output`` items (``reasoning`` with the model's thinking,
+  ``message`` with ``output_text``, ``function_call``), ``status`` and
+  ``usage`` (``input_tokens_details.cached_tokens``: the prompt cache's).
+
+No Tornado here; ``server/responses.py`` serves it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import invalid
+from ..runtime.generation import GenerationResult
+from .openai_chat import ChatRequest, Delta, MediaPolicy, parse_chat_request
+
+#: OpenAI's built-in tools (its ``Tool`` schema's types other than ``function``): none can run here
+BUILT_IN_TOOLS = ("web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
+                  "file_search", "code_interpreter", "computer_use_preview", "computer_use", "mcp",
+                  "image_generation", "local_shell", "shell", "apply_patch", "custom")
+#: ``include`` values accepted; none adds anything here (no built-in tools, no encrypted reasoning)
+INCLUDE = ("reasoning.encrypted_content", "message.output_text.logprobs", "message.input_image.image_url",
+           "web_search_call.action.sources", "code_interpreter_call.outputs", "computer_call_output.output.image_url",
+           "file_search_call.results", "web_search_call.results")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(16)}"
+
+
+@dataclass
+class ResponsesRequest:
+    """A Responses request: the chat route's request, and what the answer echoes."""
+
+    chat: ChatRequest
+    #: this request's own input, as items (what ``input_items`` lists)
+    input_items: list[dict[str, Any]]
+    #: the conversation before this request's input (``previous_response_id``'s), as items
+    history: list[dict[str, Any]] = field(default_factory=list)
+    echo: dict[str, Any] = field(default_factory=dict)  # instructions, tools, tool_choice, ... as the answer has them
+    store: bool = True
+    stream: bool = False
+
+
+def input_items(value: Any) -> list[dict[str, Any]]:
+    """``input`` as a list of items, each with an ``id`` (a string is one user message)."""
+    if isinstance(value, str):
+        value = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": value}]}]
+    if not isinstance(value, list) or not value:
+        raise invalid("input", "'input' must be a string or a non-empty list of items")
+    items = []
+    for index, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise invalid(f"input[{index}]", "each input item must be an object")
+        item = dict(item)
+        if "type" not in item and "role" in item:
+            item["type"] = "message"
+        if item["type"] == "message" and isinstance(item.get("content"), str):
+            kind = "output_text" if item.get("role") == "assistant" else "input_text"
+            item["content"] = [{"type": kind, "text": item["content"]}]
+        item.setdefault("id", new_id({"function_call_output": "fco", "function_call": "fc"}.get(item["type"], "msg")))
+        items.append(item)
+    return items
+
+
+def _part(part: Any, where: str, role: str) -> dict[str, Any]:
+    kind = part.get("type") if isinstance(part, Mapping) else None
+    if kind in ("input_text", "output_text", "text", "refusal") and isinstance(part.get("text", part.get("refusal")),
+                                                                                str):
+        return {"type": "text", "text": part.get("text", part.get("refusal"))}
+    if kind == "input_image" and role != "assistant":
+        url = part.get("image_url")
+        if not isinstance(url, str):
+            raise invalid(where, f"{where}: an input_image needs image_url (a data: URL; file_id is not served)")
+        return {"type": "image_url", "image_url": {"url": url}}
+    raise invalid(where, f"{where}: a {role} message cannot hold a {kind!r} part (input_text, input_image and "
+                         "output_text parts are served)")
+
+
+def chat_messages(items: list[dict[str, Any]], instructions: str | None) -> list[dict[str, Any]]:
+    """Items as the chat route's messages (consecutive function calls become one assistant turn)."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
+    for index, item in enumerate(items):
+        where = f"input[{index}]"
+        kind = item.get("type")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise invalid(f"{where}.role", "role must be user, assistant, system or developer")
+            content = item.get("content")
+            if not isinstance(content, list):
+                raise invalid(f"{where}.content", "content must be a string or a list of parts")
+            parts = [_part(p, f"{where}.content[{i}]", role) for i, p in enumerate(content)]
+            text_only = all(p["type"] == "text" for p in parts)
+            messages.append({"role": role, "content": "".join(p["text"] for p in parts) if text_only else parts})
+        elif kind == "function_call":
+            if not all(isinstance(item.get(k), str) for k in ("call_id", "name", "arguments")):
+                raise invalid(where, f"{where}: a function_call needs call_id, name and arguments (strings)")
+            call = {"id": item["call_id"], "type": "function",
+                    "function": {"name": item["name"], "arguments": item["arguments"]}}
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and isinstance(last["content"], str):
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            if isinstance(output, list):
+                output = "".join(p.get("text", "") for p in output if isinstance(p, Mapping))
+            if not isinstance(item.get("call_id"), str) or not isinstance(output, str):
+                raise invalid(where, f"{where}: a function_call_output needs call_id and output")
+            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})
+        elif kind == "reasoning":
+            continue  # earlier reasoning is not part of the prompt (OpenAI drops it too)
+        else:
+            raise invalid(where, f"{where}: items of type {kind!r} are not served (message, function_call, "
+                                 "function_call_output and reasoning are)")
+    return messages
+
+
+def _tools(tools: Any) -> list[dict[str, Any]]:
+    if not isinstance(tools, list):
+        raise invalid("tools", "'tools' must be a list")
+    out = []
+    for index, tool in enumerate(tools):
+        where = f"tools[{index}]"
+        kind = tool.get("type") if isinstance(tool, Mapping) else None
+        if kind in BUILT_IN_TOOLS:
+            raise invalid(where, f"{where}: the built-in tool {kind!r} cannot run on this server (function tools, "
+                                 "which the client runs, are served)")
+        if kind != "function" or not isinstance(tool.get("name"), str):
+            raise invalid(where, f"{where} must be {{\"type\": \"function\", \"name\": ..., \"parameters\": {{...}}}}")
+        function = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
+        if isinstance(tool.get("description"), str):
+            function["description"] = tool["description"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(choice: Any) -> Any:
+    if choice in ("auto", "none", "required"):
+        return choice
+    if isinstance(choice, Mapping) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    raise invalid("tool_choice",
+                  "'tool_choice' must be auto, none, required or {\"type\": \"function\", \"name\": ...}")
+
+
+def _format(text: Any) -> dict[str, Any] | None:
+    if not isinstance(text, Mapping):
+        raise invalid("text", "'text' must be an object")
+    fmt = text.get("format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, Mapping) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+        raise invalid("text.format", "text.format must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}")
+    if fmt["type"] == "json_schema":
+        if not isinstance(fmt.get("schema"), Mapping):
+            raise invalid("text.format", "a json_schema format needs its schema")
+        return {"type": "json_schema", "json_schema": {"name": fmt.get("name", "output"), "schema": fmt["schema"],
+                                                       "strict": fmt.get("strict")}}
+    return {"type": fmt["type"]}
+
+
+def _options(body: Mapping[str, Any], out: dict[str, Any]) -> None:
+    """Sampling, limits, tools and formats, as the chat route's fields."""
+    if body.get("max_output_tokens") is not None:
+        out["max_tokens"] = body["max_output_tokens"]
+    for name in ("temperature", "top_p", "seed", "top_k", "stop"):
+        if body.get(name) is not None:
+            out[name] = body[name]
+    if body.get("tools"):
+        out["tools"] = _tools(body["tools"])
+    if body.get("tool_choice") is not None:
+        out["tool_choice"] = _tool_choice(body["tool_choice"])
+    if body.get("text") is not None:
+        fmt = _format(body["text"])
+        if fmt is not None:
+            out["response_format"] = fmt
+    reasoning = body.get("reasoning")
+    if reasoning is not None:
+        if not isinstance(reasoning, Mapping):
+            raise invalid("reasoning", "'reasoning' must be an object")
+        if reasoning.get("effort") is not None:
+            effort = reasoning["effort"]
+            out["reasoning_effort"] = "high" if effort == "xhigh" else effort
+    include = body.get("include")
+    if include is not None and (not isinstance(include, list) or any(i not in INCLUDE for i in include)):
+        raise invalid("include", f"'include' takes a list of: {', '.join(INCLUDE)}")
+    metadata = body.get("metadata")
+    if metadata is not None and (not isinstance(metadata, Mapping) or len(metadata) > 16 or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
+        raise invalid("metadata", "metadata must be at most 16 string keys and values")
+
+
+def _flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise invalid(name, f"'{name}' must be true or false")
+    return value
+
+
+def responses_request(body: Any, history: list[dict[str, Any]], policy: MediaPolicy) -> ResponsesRequest:
+    """A Responses request as the chat route's (its images decoded: run off the IOLoop); ``history`` is
+    ``previous_response_id``'s conversation, as items."""
+    if not isinstance(body, Mapping):
+        raise invalid("body", "the request body must be a JSON object")
+    items = input_items(body.get("input"))
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise invalid("instructions", "'instructions' must be text")
+    chat_body: dict[str, Any] = {"messages": chat_messages([*history, *items], instructions)}
+    _options(body, chat_body)
+    if chat_body.get("tool_choice") in ("auto", "none") and not chat_body.get("tools"):
+        del chat_body["tool_choice"]  # the SDKs send one with no tools
+    tools = [{"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"],
+              "strict": body["tools"][i].get("strict"), **({"description": t["function"]["description"]}
+                                                           if "description" in t["function"] else {})}
+             for i, t in enumerate(chat_body.get("tools") or [])]  # as the answer echoes them
+    echo = {"instructions": instructions, "tools": tools,
+            "tool_choice": body.get("tool_choice") or "auto",
+            "parallel_tool_calls": _flag(body, "parallel_tool_calls", True),
+            "temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0),
+            "max_output_tokens": body.get("max_output_tokens"), "metadata": body.get("metadata") or {},
+            "previous_response_id": body.get("previous_response_id"),
+            "text": {"format": (body.get("text") or {}).get("format") or {"type": "text"}},
+            "reasoning": {"effort": (body.get("reasoning") or {}).get("effort"), "summary": None},
+            "store": _flag(body, "store", True)}
+    if isinstance(body.get("user"), str):
+        echo["user"] = body["user"]
+    request = ResponsesRequest(parse_chat_request(chat_body, policy), items, list(history), echo,
+                               store=echo["store"], stream=_flag(body, "stream", False))
+    return request
+
+
+def usage(result: GenerationResult, reasoning_tokens: int = 0) -> dict[str, Any]:
+    return {"input_tokens": result.prompt_tokens, "input_tokens_details": {"cached_tokens": result.cached_tokens,
+                                                                      "cache_write_tokens": 0},
+            "output_tokens": result.completion_tokens, "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+            "total_tokens": result.prompt_tokens + result.completion_tokens}
+
+
+def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    return {"id": item_id, "type": "message", "role": "assistant", "status": status,
+            "content": [output_text(text)] if status == "completed" else []}
+
+
+def output_text(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
+    return {"id": item_id, "type": "reasoning", "summary": [],
+            "content": [{"type": "reasoning_text", "text": text}] if text else []}
+
+
+def function_call_item(item_id: str, call: Mapping[str, Any], status: str = "completed") -> dict[str, Any]:
+    return {"id": item_id, "type": "function_call", "call_id": call["id"], "name": call["function"]["name"],
+            "arguments": call["function"]["arguments"], "status": status}
+
+
+def output_items(deltas: list[Delta]) -> list[dict[str, Any]]:
+    """A whole answer's output items, in the order the model wrote them."""
+    items: list[dict[str, Any]] = []
+    for delta in deltas:
+        if delta.kind == "tool_call":
+            items.append(function_call_item(new_id("fc"), delta.tool_call))
+        elif delta.kind == "reasoning":
+            if items and items[-1]["type"] == "reasoning":
+                items[-1]["content"][0]["text"] += delta.text
+            else:
+                items.append(reasoning_item(new_id("rs"), delta.text))
+        elif delta.text:
+            if items and items[-1]["type"] == "message":
+                items[-1]["content"][0]["text"] += delta.text
+            else:
+                items.append(message_item(new_id("msg"), delta.text))
+    return items
+
+
+def response(response_id: str, model: str, request: ResponsesRequest, created: float, output: list[dict[str, Any]],
+             result: GenerationResult | None) -> dict[str, Any]:
+    """The response object: ``in_progress`` without a result, else ``completed`` or ``incomplete``."""
+    status = "in_progress" if result is None else "incomplete" if result.finish_reason == "length" else "completed"
+    return {"id": response_id, "object": "response", "created_at": int(created), "status": status,
+            "completed_at": None if result is None else int(time.time()), "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+            "model": model, "output": output, **request.echo, "truncation": "disabled", "background": False,
+            "service_tier": "default", **({} if result is None else {"usage": usage(result)})}
