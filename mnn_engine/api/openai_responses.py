@@ -77,6 +77,8 @@ def input_items(value: Any) -> list[dict[str, Any]]:
         item = dict(item)
         if "type" not in item and "role" in item:
             item["type"] = "message"
+        if not isinstance(item.get("type"), str):
+            raise invalid(f"input[{index}]", "each input item needs a type (or a role, for a message)")
         if item["type"] == "message" and isinstance(item.get("content"), str):
             kind = "output_text" if item.get("role") == "assistant" else "input_text"
             item["content"] = [{"type": kind, "text": item["content"]}]

@@ -177,6 +177,19 @@ _ANTHROPIC_REQUEST = {"type": "object", "required": ["model", "messages"], "prop
     "tool_choice": {"type": "object"}, "thinking": {"type": "object"}, "output_config": {"type": "object"},
     "metadata": {"type": "object"}}}
 _ANTHROPIC_ERROR = {"$ref": "#/components/schemas/AnthropicError"}
+#: OpenAI's Responses request (its OpenAPI document; items and tools are checked by api/openai_responses.py)
+_RESPONSES_REQUEST = {"type": "object", "required": ["input"], "properties": {
+    "model": {"type": "string"}, "instructions": {"type": "string"},
+    "input": {"oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": {"type": "object"}}]},
+    "max_output_tokens": {"type": "integer", "minimum": 1}, "temperature": {"type": "number", "minimum": 0,
+                                                                              "maximum": 2},
+    "top_p": {"type": "number", "minimum": 0, "maximum": 1}, "seed": _INTEGER, "stream": {"type": "boolean"},
+    "store": {"type": "boolean"}, "previous_response_id": {"type": "string"},
+    "tools": {"type": "array", "items": {"type": "object"}}, "tool_choice": {"oneOf": [
+        {"enum": ["auto", "none", "required"]}, {"type": "object"}]}, "parallel_tool_calls": {"type": "boolean"},
+    "text": {"type": "object"}, "reasoning": {"type": "object"}, "metadata": {"type": "object"},
+    "include": {"type": "array", "items": {"type": "string"}}, "user": {"type": "string"}}}
+_RESPONSE_ID = [{"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}]
 
 
 def _anthropic_post(summary: str, statuses: tuple[int, ...], **content: Any) -> dict[str, Any]:
@@ -264,6 +277,22 @@ def openapi_spec() -> dict[str, Any]:
             "/apply-template": _post("the prompt the chat template makes of messages", {
                 "type": "object", "required": ["messages"], "properties": {
                     "messages": {"type": "array", "minItems": 1, "items": _MESSAGE}}}, (400, 401, 413, 415, 422, 503)),
+            "/v1/responses": _post("OpenAI's Responses API: a response, or its events (SSE) when stream is true",
+                                   _RESPONSES_REQUEST, (*_GENERATION_ERRORS, 404),
+                                   **{"application/json": {"schema": {"type": "object"}},
+                                      "text/event-stream": {"schema": {"type": "string"}}}),
+            "/v1/responses/{response_id}": {
+                "get": {"summary": "a stored response", "security": [{"bearer": []}, {}],
+                        "parameters": _RESPONSE_ID, "responses": {"200": json_ok, **_errors(401, 404, *_COMMON)}},
+                "delete": {"summary": "delete a stored response", "security": [{"bearer": []}, {}],
+                           "parameters": _RESPONSE_ID, "responses": {"200": json_ok, **_errors(401, 404, *_COMMON)}}},
+            "/v1/responses/{response_id}/input_items": {"get": {
+                "summary": "a stored response's input items", "security": [{"bearer": []}, {}],
+                "parameters": [*_RESPONSE_ID, {"name": "order", "in": "query", "schema": {"enum": ["asc", "desc"]}},
+                               {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1,
+                                                                           "maximum": 100}},
+                               {"name": "after", "in": "query", "schema": {"type": "string"}}],
+                "responses": {"200": json_ok, **_errors(400, 401, 404, *_COMMON)}}},
             "/v1/messages": _anthropic_post(
                 "Anthropic's Messages API: an answer, or Anthropic's server-sent events when stream is true",
                 (*_GENERATION_ERRORS, 404), **{"application/json": {"schema": {"type": "object"}},

@@ -164,6 +164,7 @@ def test_an_agent_with_a_function_tool_runs_to_completion(toolcall):
 
 @pytest.mark.parametrize(("change", "named"), [
     ({"input": []}, "input"),
+    ({"input": [{}]}, "input[0]"),  # found by the OpenAPI fuzzer: a KeyError (500) before
     ({"input": [{"type": "message", "role": "tool", "content": "x"}]}, "input[0].role"),
     ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0]"),
     ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input[0].content[0]"),
