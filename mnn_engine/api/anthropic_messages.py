@@ -49,8 +49,8 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
                529: "overloaded_error"}
 
-#: Anthropic's sampling fields -> the chat route's
-_SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k"}
+#: Anthropic's sampling fields -> the chat route's (and llama.cpp's ignore_eos, as the chat route takes it)
+_SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "ignore_eos": "ignore_eos"}
 
 
 def error_type(status: int) -> str:

@@ -107,10 +107,11 @@ def parse_chat_request(body: Any, media_policy: MediaPolicy | None = None) -> Ch
     return request
 
 
-def boolean_field(body: Mapping[str, Any], name: str) -> bool:
-    value = body.get(name, False)
+def boolean_field(body: Mapping[str, Any], name: str, default: bool = False) -> bool:
+    """``body[name]`` as a boolean (``default`` when absent or null); a 400 for anything else."""
+    value = body.get(name, default)
     if value is None:
-        return False
+        return default
     if not isinstance(value, bool):
         raise bad(name, f"'{name}' must be true or false")
     return value

@@ -34,7 +34,7 @@ from typing import Any
 
 from ..errors import invalid
 from ..runtime.generation import GenerationResult
-from .openai_chat import ChatRequest, Delta, MediaPolicy, parse_chat_request
+from .openai_chat import ChatRequest, Delta, MediaPolicy, boolean_field, parse_chat_request
 
 #: OpenAI's built-in tools (its ``Tool`` schema's types other than ``function``): none can run here
 BUILT_IN_TOOLS = ("web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
@@ -190,7 +190,7 @@ def _options(body: Mapping[str, Any], out: dict[str, Any]) -> None:
     """Sampling, limits, tools and formats, as the chat route's fields."""
     if body.get("max_output_tokens") is not None:
         out["max_tokens"] = body["max_output_tokens"]
-    for name in ("temperature", "top_p", "seed", "top_k", "stop"):
+    for name in ("temperature", "top_p", "seed", "top_k", "stop", "ignore_eos"):  # the last three: extensions
         if body.get(name) is not None:
             out[name] = body[name]
     if body.get("tools"):
@@ -217,15 +217,6 @@ def _options(body: Mapping[str, Any], out: dict[str, Any]) -> None:
         raise invalid("metadata", "metadata must be at most 16 string keys and values")
 
 
-def _flag(body: Mapping[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise invalid(name, f"'{name}' must be true or false")
-    return value
-
-
 def responses_request(body: Any, history: list[dict[str, Any]], policy: MediaPolicy) -> ResponsesRequest:
     """A Responses request as the chat route's (its images decoded: run off the IOLoop); ``history`` is
     ``previous_response_id``'s conversation, as items."""
@@ -245,17 +236,17 @@ def responses_request(body: Any, history: list[dict[str, Any]], policy: MediaPol
              for i, t in enumerate(chat_body.get("tools") or [])]  # as the answer echoes them
     echo = {"instructions": instructions, "tools": tools,
             "tool_choice": body.get("tool_choice") or "auto",
-            "parallel_tool_calls": _flag(body, "parallel_tool_calls", True),
+            "parallel_tool_calls": boolean_field(body, "parallel_tool_calls", True),
             "temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0),
             "max_output_tokens": body.get("max_output_tokens"), "metadata": body.get("metadata") or {},
             "previous_response_id": body.get("previous_response_id"),
             "text": {"format": (body.get("text") or {}).get("format") or {"type": "text"}},
             "reasoning": {"effort": (body.get("reasoning") or {}).get("effort"), "summary": None},
-            "store": _flag(body, "store", True)}
+            "store": boolean_field(body, "store", True)}
     if isinstance(body.get("user"), str):
         echo["user"] = body["user"]
     request = ResponsesRequest(parse_chat_request(chat_body, policy), items, list(history), echo,
-                               store=echo["store"], stream=_flag(body, "stream", False))
+                               store=echo["store"], stream=boolean_field(body, "stream", False))
     return request
 
 

@@ -67,9 +67,7 @@ class MessagesHandler(AnthropicHandler):
             request.cleanup()
 
     async def _answer(self, model: str, request: ChatRequest) -> None:
-        session = GenerationSession(self, request.messages, parse_tools=request.parse_tools,
-                                    stream_tool_arguments=True, enable_thinking=request.enable_thinking,
-                                    tools=request.tools, tool_choice=request.tool_choice, **request.sampling)
+        session = GenerationSession.of_chat(self, request)
         msg_id = message_id()
         stops = request.sampling.get("stop")
         stops = [stops] if isinstance(stops, str) else stops

@@ -601,9 +601,7 @@ class ChatCompletionsHandler(BodyHandler):
             request.cleanup()
 
     async def _complete(self, model: str, request: ChatRequest) -> None:
-        session = GenerationSession(self, request.messages, parse_tools=request.parse_tools,
-                                    stream_tool_arguments=True, enable_thinking=request.enable_thinking,
-                                    tools=request.tools, tool_choice=request.tool_choice, **request.sampling)
+        session = GenerationSession.of_chat(self, request)
         completion = Completion(model=model, fingerprint=self.ctx.fingerprint)
         if not request.stream:
             outcome = await session.whole()

@@ -193,9 +193,8 @@ class _Generation(OllamaBodyHandler):
         """``frame(content, thinking, tool_calls)`` makes one line's payload,
         ``done(result)`` what the last line adds; ``options`` go to the engine too."""
         started = time.perf_counter()
-        session = GenerationSession(self, prompt, parse_tools=request.parse_tools,
-                                    enable_thinking=request.enable_thinking, tools=request.tools,
-                                    tool_choice=request.tool_choice, **request.sampling, **options)
+        # Ollama's tool calls go out whole (its NDJSON lines have no argument deltas)
+        session = GenerationSession.of_chat(self, request, prompt, stream_tool_arguments=False, **options)
         if not stream:
             outcome = await session.whole()
             if outcome is not None:

@@ -51,10 +51,7 @@ class ResponsesHandler(BodyHandler):
             request.chat.cleanup()
 
     async def _answer(self, model: str, request: ResponsesRequest) -> None:
-        chat = request.chat
-        session = GenerationSession(self, chat.messages, parse_tools=chat.parse_tools, stream_tool_arguments=True,
-                                    enable_thinking=chat.enable_thinking, tools=chat.tools,
-                                    tool_choice=chat.tool_choice, **chat.sampling)
+        session = GenerationSession.of_chat(self, request.chat)
         response_id, created = new_id("resp"), time.time()
         if not request.stream:
             outcome = await session.whole()

@@ -18,7 +18,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..api.openai_chat import Delta, OutputParser, prompt_opens_thinking
+from ..api.openai_chat import ChatRequest, Delta, OutputParser, prompt_opens_thinking
 from ..errors import MnnEngineError
 from ..runtime import structured
 from ..runtime.generation import GenerationResult
@@ -88,6 +88,15 @@ class GenerationSession:
         self.stream_tool_arguments = stream_tool_arguments
         #: (prompt text, messages dropped, prompt tokens), from the generation thread
         self._rendered: list[tuple[str | None, int, int]] = []
+
+    @classmethod
+    def of_chat(cls, handler: SessionHandler, request: ChatRequest, prompt: Any = None, *,
+                stream_tool_arguments: bool = True, **options: Any) -> GenerationSession:
+        """The session of a chat request (its messages, or ``prompt``; its tools, thinking switch and
+        sampling; ``options`` beside them): what every chat-shaped route generates from."""
+        return cls(handler, request.messages if prompt is None else prompt, parse_tools=request.parse_tools,
+                   stream_tool_arguments=stream_tool_arguments, enable_thinking=request.enable_thinking,
+                   tools=request.tools, tool_choice=request.tool_choice, **request.sampling, **options)
 
     def _submit(self, engine: Any, put: Callable[[str], None] | None) -> Future[GenerationResult]:
         handler = self.handler

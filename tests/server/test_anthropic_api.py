@@ -11,7 +11,7 @@ import json
 
 import anthropic
 import pytest
-from live_server import KEY, Live
+from live_server import KEY, Live, server_fixture
 from support import SCRIPTED_TEXT
 
 from mnn_engine.api.anthropic_messages import ANTHROPIC_VERSION
@@ -21,30 +21,10 @@ WEATHER = {"name": "get_weather", "description": "Weather in a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 
 
-def _live(tmp_path_factory, model: str, **options):
-    live = Live(tmp_path_factory.mktemp("store"), model, **options)
-    yield live
-    live.close()
-
-
-@pytest.fixture(scope="module")
-def scripted(tmp_path_factory):
-    yield from _live(tmp_path_factory, "tiny-scripted", api_key=KEY)
-
-
-@pytest.fixture(scope="module")
-def toolcall(tmp_path_factory):
-    yield from _live(tmp_path_factory, "tiny-toolcall")
-
-
-@pytest.fixture(scope="module")
-def thinking(tmp_path_factory):
-    yield from _live(tmp_path_factory, "tiny-thinking")
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    yield from _live(tmp_path_factory, "tiny")
+scripted = server_fixture("tiny-scripted", api_key=KEY)
+toolcall = server_fixture("tiny-toolcall")
+thinking = server_fixture("tiny-thinking")
+tiny = server_fixture("tiny")
 
 
 def _client(live: Live, key: str = KEY, **options) -> anthropic.Anthropic:

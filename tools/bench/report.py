@@ -160,6 +160,25 @@ def arm_memory_section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def agent_apis_section(data: dict[str, Any]) -> list[str]:
+    """The agent APIs against the chat route, in one run (tools/bench/agent_apis.py)."""
+    chain = data["chain_ttft_ms"]
+    lines = ["## The agent APIs against the chat route (`tools/bench/agent_apis.py`)", "",
+             f"{Path(data['model']).name}, {data['threads']} threads, {data['gen']} tokens, {data['iters']} rounds, "
+             "the routes in rotating order; ratios paired per round.", "",
+             "| route | decode tok/s | paired ratio to chat (target >= 0.98) | TTFT - chat, short prompt "
+             "(target <= +5 ms) |", "|---|---|---|---|",
+             f"| /v1/chat/completions | {data['decode_tps']['chat']:.1f} | 1 | 0 |"]
+    for route, path in (("responses", "/v1/responses"), ("messages", "/v1/messages")):
+        lines.append(f"| {path} | {data['decode_tps'][route]:.1f} | {data[f'{route}_over_chat_decode_paired']:.3f} "
+                     f"| {data[f'{route}_minus_chat_ttft_ms']:+.2f} ms |")
+    lines += ["", "A conversation's per-turn TTFT over /v1/responses (ms), naming the last response "
+              "(`previous_response_id`): " + ", ".join(f"{t:.0f}" for t in chain["previous_response_id"])
+              + "; sending the whole history again: " + ", ".join(f"{t:.0f}" for t in chain["whole_history"])
+              + " (the prompt cache serves both: the stored turn renders to the prompt the cache holds)."]
+    return lines
+
+
 def ceiling_section(data: dict[str, Any]) -> list[str]:
     bw = ", ".join(f"{v:.1f} GB/s ({t} thread{'s' if t != '1' else ''})" for t, v in data["read_gb_per_s"].items())
     lines = ["## Bandwidth ceiling (`tools/bench/ceiling.py`)", "", f"Read bandwidth: {bw}.", "",
@@ -530,7 +549,8 @@ def main() -> None:
                 ("conversation", conversation_section), ("cache_exactness", cache_exactness_section),
                 ("threads", threads_section), ("structured", structured_section),
                 ("speculative", speculative_section), ("patch_cost", patch_cost_section),
-                ("prefill_chunk", prefill_chunk_section), ("arm_memory", arm_memory_section)]
+                ("prefill_chunk", prefill_chunk_section), ("arm_memory", arm_memory_section),
+                ("agent_apis", agent_apis_section)]
     machine = None
     body: list[str] = []
     for name, render in sections:
