@@ -216,3 +216,43 @@ def test_closing_the_stream_stops_the_generation(tiny):
     conn.close()
     tiny.wait_idle()
     assert tiny.engine.llm.last_result.finish_reason == "cancelled"
+
+
+def test_a_huge_tool_list_is_a_400_on_both_agent_routes(scripted):
+    """5,000 tools (each a valid function) make a prompt far past the context: a 400 in each dialect's
+    shape, and the server answers the next request."""
+    import anthropic
+
+    tools = [{**WEATHER, "name": f"tool_{n}"} for n in range(5000)]
+    with pytest.raises(openai.BadRequestError) as err:
+        _client(scripted).responses.create(model="tiny-scripted", input=HI, tools=tools)
+    assert err.value.body["code"] == "context_length_exceeded"
+    with pytest.raises(anthropic.BadRequestError) as err:
+        anthropic.Anthropic(base_url=scripted.url, api_key=KEY, max_retries=0, timeout=60).messages.create(
+            model="tiny-scripted", max_tokens=4, messages=[{"role": "user", "content": HI}],
+            tools=[{"name": t["name"], "input_schema": t["parameters"]} for t in tools])
+    assert err.value.body["error"]["type"] == "invalid_request_error"
+    assert err.value.body["error"]["code"] == "context_length_exceeded"
+    assert _client(scripted).responses.create(model="tiny-scripted", input=HI, max_output_tokens=2).status
+
+
+def test_a_conversation_may_continue_on_another_served_model(tmp_path):
+    """A stored conversation is text: another served model continues it (its own prompt cache misses)."""
+    from support import test_model_dir
+
+    from mnn_engine import ModelPool, ModelStore
+
+    store = ModelStore(tmp_path)
+    store.import_model(test_model_dir("tiny-scripted"), model_id="first")
+    store.import_model(test_model_dir("tiny"), model_id="second")
+    pool = ModelPool(store=store, defaults={"threads": 1})
+    url = pool.start_server(port=0)
+    try:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=60)
+        first = client.responses.create(model="first", input=HI, max_output_tokens=64)
+        second = client.responses.create(model="second", input="More?", previous_response_id=first.id,
+                                         max_output_tokens=4)
+        assert second.model == "second" and second.usage.input_tokens > first.usage.input_tokens
+        assert second.usage.input_tokens_details.cached_tokens == 0
+    finally:
+        pool.close()
