@@ -75,7 +75,7 @@ def _text_of(blocks: Any, where: str) -> str:
     if isinstance(blocks, str):
         return blocks
     if not isinstance(blocks, list):
-        raise invalid(where, f"{where} must be a string or a list of text blocks")
+        raise invalid(where, "must be a string or a list of text blocks")
     parts = []
     for index, block in enumerate(blocks):
         if not isinstance(block, Mapping) or block.get("type") != "text" or not isinstance(block.get("text"), str):
@@ -110,7 +110,7 @@ def _tool_result(block: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 def _tool_use(block: Mapping[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
-        raise invalid(where, f"{where} needs id and name")
+        raise invalid(where, "needs id and name")
     arguments = block.get("input", {})
     if not isinstance(arguments, Mapping):
         raise invalid(where, f"{where}.input must be an object")
@@ -122,7 +122,7 @@ def _message(message: Any, index: int) -> list[dict[str, Any]]:
     """One Anthropic message as the chat route's messages (tool results first, as their own messages)."""
     where = f"messages[{index}]"
     if not isinstance(message, Mapping):
-        raise invalid(where, f"{where} must be an object")
+        raise invalid(where, "must be an object")
     role = message.get("role")
     if role not in ("user", "assistant"):
         raise invalid(f"{where}.role", f"{where}.role must be \"user\" or \"assistant\"")
@@ -148,7 +148,7 @@ def _message(message: Any, index: int) -> list[dict[str, Any]]:
         elif kind in ("thinking", "redacted_thinking") and role == "assistant":
             continue  # earlier turns' thinking is not part of the prompt (Anthropic drops it too)
         else:
-            raise invalid(part, f"{part}: a {role} message cannot hold a {kind!r} block here (text, image, "
+            raise invalid(part, f"a {role} message cannot hold a {kind!r} block here (text, image, "
                                 f"tool_use and tool_result blocks are served)")
     if parts or calls or not out:
         turn: dict[str, Any] = {"role": role, "content": parts if any(p["type"] != "text" for p in parts)
@@ -166,13 +166,13 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
     for index, tool in enumerate(tools):
         where = f"tools[{index}]"
         if not isinstance(tool, Mapping):
-            raise invalid(where, f"{where} must be an object")
+            raise invalid(where, "must be an object")
         kind = tool.get("type")
         if kind not in (None, "custom"):
-            raise invalid(where, f"{where}: {kind!r} is one of Anthropic's server tools, which cannot run here "
+            raise invalid(where, f"{kind!r} is one of Anthropic's server tools, which cannot run here "
                                  "(only tools with an input_schema, which the client runs)")
         if not isinstance(tool.get("name"), str) or not isinstance(tool.get("input_schema"), Mapping):
-            raise invalid(where, f"{where} needs name and input_schema")
+            raise invalid(where, "needs name and input_schema")
         function = {"name": tool["name"], "parameters": tool["input_schema"]}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]

@@ -95,9 +95,9 @@ def _part(part: Any, where: str, role: str) -> dict[str, Any]:
     if kind == "input_image" and role != "assistant":
         url = part.get("image_url")
         if not isinstance(url, str):
-            raise invalid(where, f"{where}: an input_image needs image_url (a data: URL; file_id is not served)")
+            raise invalid(where, "an input_image needs image_url (a data: URL; file_id is not served)")
         return {"type": "image_url", "image_url": {"url": url}}
-    raise invalid(where, f"{where}: a {role} message cannot hold a {kind!r} part (input_text, input_image and "
+    raise invalid(where, f"a {role} message cannot hold a {kind!r} part (input_text, input_image and "
                          "output_text parts are served)")
 
 
@@ -119,7 +119,7 @@ def chat_messages(items: list[dict[str, Any]], instructions: str | None) -> list
             messages.append({"role": role, "content": "".join(p["text"] for p in parts) if text_only else parts})
         elif kind == "function_call":
             if not all(isinstance(item.get(k), str) for k in ("call_id", "name", "arguments")):
-                raise invalid(where, f"{where}: a function_call needs call_id, name and arguments (strings)")
+                raise invalid(where, "a function_call needs call_id, name and arguments (strings)")
             call = {"id": item["call_id"], "type": "function",
                     "function": {"name": item["name"], "arguments": item["arguments"]}}
             last = messages[-1] if messages else None
@@ -132,12 +132,12 @@ def chat_messages(items: list[dict[str, Any]], instructions: str | None) -> list
             if isinstance(output, list):
                 output = "".join(p.get("text", "") for p in output if isinstance(p, Mapping))
             if not isinstance(item.get("call_id"), str) or not isinstance(output, str):
-                raise invalid(where, f"{where}: a function_call_output needs call_id and output")
+                raise invalid(where, "a function_call_output needs call_id and output")
             messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})
         elif kind == "reasoning":
             continue  # earlier reasoning is not part of the prompt (OpenAI drops it too)
         else:
-            raise invalid(where, f"{where}: items of type {kind!r} are not served (message, function_call, "
+            raise invalid(where, f"items of type {kind!r} are not served (message, function_call, "
                                  "function_call_output and reasoning are)")
     return messages
 
@@ -150,10 +150,10 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
         where = f"tools[{index}]"
         kind = tool.get("type") if isinstance(tool, Mapping) else None
         if kind in BUILT_IN_TOOLS:
-            raise invalid(where, f"{where}: the built-in tool {kind!r} cannot run on this server (function tools, "
+            raise invalid(where, f"the built-in tool {kind!r} cannot run on this server (function tools, "
                                  "which the client runs, are served)")
         if kind != "function" or not isinstance(tool.get("name"), str):
-            raise invalid(where, f"{where} must be {{\"type\": \"function\", \"name\": ..., \"parameters\": {{...}}}}")
+            raise invalid(where, "must be {\"type\": \"function\", \"name\": ..., \"parameters\": {...}}")
         function = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
