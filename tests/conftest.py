@@ -47,36 +47,28 @@ _schema_violations: list[str] = []
 def _watch_openai_answers() -> None:
     import json
 
-    from mnn_engine.server.anthropic import AnthropicHandler
     from mnn_engine.server.app import BodyHandler, JsonHandler
 
-    plain, event, named = JsonHandler.send_json_bytes, BodyHandler.send_event, AnthropicHandler.send_named_event
+    plain, event = JsonHandler.send_json_bytes, BodyHandler.send_event
 
     def send_json_bytes(self, body: bytes, status: int = 200) -> None:
         _record(self.request.path, status, json.loads(body), False)
         plain(self, body, status)
 
     async def send_event(self, data, name=None) -> None:
-        _record(self.request.path, 200, data, True)
+        _record(self.request.path, 200, data, True, name)
         await event(self, data, name)
 
-    async def send_named_event(self, name: str, data) -> None:
-        from anthropic_types import violations
-
-        _schema_violations.extend(f"{self.request.path} event {name}: {problem}"
-                                  for problem in violations(self.request.path, 200, {"type": name, **data}, name))
-        await named(self, name, data)
-
     JsonHandler.send_json_bytes, BodyHandler.send_event = send_json_bytes, send_event
-    AnthropicHandler.send_named_event = send_named_event
 
 
-def _record(path: str, status: int, body, streamed: bool) -> None:
+def _record(path: str, status: int, body, streamed: bool, event: str | None = None) -> None:
     from anthropic_types import violations
     from openai_schemas import check
 
-    if path.startswith("/v1/messages"):
-        _schema_violations.extend(f"{path} ({status}): {problem}" for problem in violations(path, status, body))
+    if path.startswith("/v1/messages"):  # a stream's events by their name
+        _schema_violations.extend(f"{path} ({status}{', ' + event if event else ''}): {problem}"
+                                  for problem in violations(path, status, body, event if streamed else None))
         return
     _schema_violations.extend(f"{path} ({status}): {problem}" for problem in check(path, status, body, streamed))
 
