@@ -3,10 +3,11 @@ SDK does not declare, at any depth): what ``tests/openai_schemas.py`` is for Ope
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pydantic
-from anthropic.types import Message, MessageTokensCount, RawMessageStreamEvent
+from anthropic.types import Message, MessageTokensCount, ModelInfo, RawMessageStreamEvent
 from anthropic.types.shared import ErrorResponse
 
 EVENTS = pydantic.TypeAdapter(RawMessageStreamEvent)
@@ -31,10 +32,17 @@ def violations(path: str, status: int, body: Any, event: str | None = None) -> l
         kind: Any = ErrorResponse
     elif event is not None:
         kind = EVENTS
+    elif path == "anthropic:/v1/models":  # the SDK's page of ModelInfo: data, has_more, first_id, last_id
+        if set(body) != {"data", "has_more", "first_id", "last_id"}:
+            return [f"the model list's fields: {sorted(body)}"]
+        return [problem for item in body["data"] for problem in violations("anthropic:/v1/models/x", status, item)]
+    elif path.startswith("anthropic:/v1/models/"):
+        kind = ModelInfo
     else:
         kind = MessageTokensCount if path.endswith("/count_tokens") else Message
     try:
-        model = kind.validate_python(body, strict=True) if kind is EVENTS else kind.model_validate(body, strict=True)
+        text = json.dumps(body)  # as the wire has it (strict JSON mode reads an RFC 3339 string as a datetime)
+        model = kind.validate_json(text, strict=True) if kind is EVENTS else kind.model_validate_json(text, strict=True)
     except pydantic.ValidationError as exc:
         return [str(exc)]
     return _extra(model, type(model).__name__)

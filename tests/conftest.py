@@ -52,7 +52,10 @@ def _watch_openai_answers() -> None:
     plain, event = JsonHandler.send_json_bytes, BodyHandler.send_event
 
     def send_json_bytes(self, body: bytes, status: int = 200) -> None:
-        _record(self.request.path, status, json.loads(body), False)
+        path = self.request.path
+        if path.startswith("/v1/models") and "anthropic-version" in self.request.headers:
+            path = "anthropic:" + path  # the model list in Anthropic's shape, for its SDK
+        _record(path, status, json.loads(body), False)
         plain(self, body, status)
 
     async def send_event(self, data, name=None) -> None:
@@ -66,7 +69,7 @@ def _record(path: str, status: int, body, streamed: bool, event: str | None = No
     from anthropic_types import violations
     from openai_schemas import check
 
-    if path.startswith("/v1/messages"):  # a stream's events by their name
+    if path.startswith(("/v1/messages", "anthropic:")):  # a stream's events by their name
         _schema_violations.extend(f"{path} ({status}{', ' + event if event else ''}): {problem}"
                                   for problem in violations(path, status, body, event if streamed else None))
         return

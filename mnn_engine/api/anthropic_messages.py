@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 from ..errors import ERROR_CODES, MnnEngineError, invalid
@@ -64,6 +65,20 @@ def error_payload(exc: MnnEngineError) -> dict[str, Any]:
     """An error in Anthropic's shape, with this server's stable code beside it."""
     return {"type": "error", "error": {"type": error_type(ERROR_CODES[exc.code].http_status),
                                        "message": exc.message, "code": exc.code}}
+
+
+def model_info(model: Mapping[str, Any]) -> dict[str, Any]:
+    """A served model (as ``/v1/models`` lists it, OpenAI's shape) as Anthropic's ``ModelInfo``."""
+    created = datetime.fromtimestamp(model["created"], timezone.utc).isoformat().replace("+00:00", "Z")
+    return {"type": "model", "id": model["id"], "display_name": model["id"], "created_at": created,
+            "lifecycle": "active", "max_input_tokens": model["context_length"]}
+
+
+def model_list(models: list[dict[str, Any]]) -> dict[str, Any]:
+    """``/v1/models`` as Anthropic's list (one page: every model served)."""
+    data = [model_info(m) for m in models]
+    return {"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None}
 
 
 def message_id() -> str:

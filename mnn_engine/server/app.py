@@ -28,6 +28,8 @@ from tornado.iostream import StreamClosedError
 from tornado.log import access_log
 
 from .. import __version__, jsonutil
+from ..api.anthropic_messages import error_payload as anthropic_error
+from ..api.anthropic_messages import model_info, model_list
 from ..api.openai_chat import (
     ChatRequest,
     Completion,
@@ -314,12 +316,14 @@ def openai_models(models: ServedModels) -> list[dict[str, Any]]:
 
 class ModelsHandler(JsonHandler):
     """``GET /v1/models`` (the list: every model served, loaded or not) and
-    ``GET /v1/models/{id}`` (the SDK's ``models.retrieve``)."""
+    ``GET /v1/models/{id}`` (the SDK's ``models.retrieve``), in OpenAI's shape,
+    or Anthropic's for a client that sends ``anthropic-version`` (its SDK does)."""
 
     async def get(self, model: str | None = None) -> None:
         data = await asyncio.wrap_future(self.ctx.text_work.submit(openai_models, self.ctx.models))
+        anthropic = "anthropic-version" in self.request.headers
         if model is None:
-            self.send_json({"object": "list", "data": data})
+            self.send_json(model_list(data) if anthropic else {"object": "list", "data": data})
             return
         name = urllib.parse.unquote(model)
         found = [m for m in data if m["id"] == name]
@@ -329,7 +333,12 @@ class ModelsHandler(JsonHandler):
                 found = [m for m in data if m["id"] == resolved]
         if not found:
             raise MnnEngineError("model_not_found", f"The model '{name}' does not exist", param="model")
-        self.send_json(found[0])
+        self.send_json(model_info(found[0]) if anthropic else found[0])
+
+    def error_payload(self, exc: MnnEngineError) -> dict[str, Any]:
+        if "anthropic-version" in self.request.headers:
+            return anthropic_error(exc)
+        return super().error_payload(exc)
 
 
 @tornado.web.stream_request_body

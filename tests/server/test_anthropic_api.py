@@ -210,3 +210,16 @@ def test_closing_the_stream_stops_the_generation(tiny):
     conn.close()
     tiny.wait_idle()
     assert tiny.engine.llm.last_result.finish_reason == "cancelled"
+
+
+def test_the_model_list_in_anthropics_shape_for_its_sdk(scripted):
+    client = _client(scripted)
+    page = client.models.list()
+    assert [m.id for m in page.data] == ["tiny-scripted"] and page.data[0].type == "model"
+    assert page.data[0].max_input_tokens > 0
+    assert client.models.retrieve("tiny-scripted").id == "tiny-scripted"
+    with pytest.raises(anthropic.NotFoundError) as err:
+        client.models.retrieve("no-such-model")
+    assert err.value.body["error"]["type"] == "not_found_error"
+    # OpenAI's clients (no anthropic-version) still get OpenAI's list
+    assert scripted.client.with_options(api_key=KEY).models.list().data[0].id == "tiny-scripted"
