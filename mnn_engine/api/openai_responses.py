@@ -186,8 +186,17 @@ def _format(text: Any) -> dict[str, Any] | None:
     return {"type": fmt["type"]}
 
 
+#: OpenAI's bounds of the sampling fields a response echoes (its Response schema)
+_BOUNDS = {"temperature": (0.0, 2.0), "top_p": (0.0, 1.0)}
+
+
 def _options(body: Mapping[str, Any], out: dict[str, Any]) -> None:
     """Sampling, limits, tools and formats, as the chat route's fields."""
+    for name, (low, high) in _BOUNDS.items():
+        value = body.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not low <= value <= high):
+            raise invalid(name, f"'{name}' must be a number from {low:g} to {high:g}")
     if body.get("max_output_tokens") is not None:
         out["max_tokens"] = body["max_output_tokens"]
     for name in ("temperature", "top_p", "seed", "top_k", "stop", "ignore_eos"):  # the last three: extensions
