@@ -48,6 +48,11 @@ MAX_PATH, MAX_NAME = 1024, 255
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def is_repo_name(text: str) -> bool:
+    """``text`` is a hub repository's name, ORG/NAME (the one rule for it)."""
+    return _REPO.match(text) is not None
 #: answers worth asking again (huggingface_hub 2.4 retries the same: utils/_http.py _DEFAULT_RETRY_ON_STATUS_CODES)
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 #: the longest wait a Retry-After may ask for before the request is tried again
@@ -368,7 +373,7 @@ def _object(entry: Any, what: str) -> dict[str, Any]:
 
 
 def _check_repo(repo: str) -> str:
-    if not _REPO.match(repo):
+    if not is_repo_name(repo):
         raise MnnEngineError("invalid_argument", f"{repo!r} is not a repository name (ORG/NAME)", param="model")
     return repo
 

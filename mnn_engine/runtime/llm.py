@@ -475,12 +475,6 @@ class Llm:
                                  param="content")
         return ids
 
-    @property
-    def prompt_byte_limit(self) -> int:
-        """Prompt text longer than this (UTF-8 bytes) cannot fit in the
-        context, whatever its tokens: the context times the longest token."""
-        return self._context_limit * self._max_token_bytes
-
     def detokenize_bytes(self, token_ids: Sequence[int]) -> bytes:
         """Raw bytes of the tokens (a token may hold part of a UTF-8 character)."""
         ids = self.checked_ids(token_ids, "token_ids")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import shutil
 import threading
 import time
@@ -37,6 +36,7 @@ from ..hub.sources import (
     Listing,
     Retry,
     UrlPolicy,
+    is_repo_name,
     list_hf,
     list_manifest,
     list_modelscope,
@@ -52,7 +52,6 @@ SOURCES = ("hf", "modelscope")
 #: space left free on the disk besides the model
 DISK_RESERVE = 64 << 20
 WORKERS = 3
-_REPO_SPEC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 #: seconds between progress reports while no byte arrives
 PROGRESS_TICK_S = 0.5
@@ -121,7 +120,7 @@ def resolve_spec(spec: str, source: str | None,
                                  f"has MNN {mnn}", param="model")
         chosen = source or "hf"
         return _repo_lister(chosen, entry.repo(chosen)), model_id_from_name(entry.name)
-    if _REPO_SPEC.match(spec):
+    if is_repo_name(spec):
         return _repo_lister(source or "hf", spec), model_id_from_name(spec.rsplit("/", 1)[-1])
     raise MnnEngineError("model_not_found", f"{spec!r} is not in the catalog (`python -m mnn_engine models catalog` "
                          "lists it), nor hf:ORG/NAME, modelscope:ORG/NAME or a manifest URL", param="model")
