@@ -302,13 +302,11 @@ class Engine:
         store model's tuned preset (``bench --tune``) is the base, with any
         keyword options (``threads=2``...) applied on top. Returns the model
         part of the snapshot."""
-        if options is not None or option_kwargs:  # bad options fail before anything else
-            _options_from(options, option_kwargs)
+        # bad options fail before anything else (the keyword ones are checked again over the model's preset)
+        given = _options_from(options, option_kwargs) if options is not None or option_kwargs else None
         model_id, path = self.store.resolve(model)
-        if options is not None:
-            opts = _options_from(options, option_kwargs)
-        else:
-            opts = model_options(self.store, model_id, overrides=option_kwargs)
+        opts = given if options is not None and given is not None else \
+            model_options(self.store, model_id, overrides=option_kwargs)
         require_backend(opts.backend)
         with self._lock:
             if self._server_state != "stopped" and self._llm is not None:
