@@ -65,6 +65,19 @@ class Live:
         self.engine.close()
 
 
+def assert_closing_the_stream_cancels(live: Live, path: str, payload: dict, opening: bytes) -> None:
+    """A long streamed generation on ``path``: once ``opening`` has arrived the client leaves, and the
+    generation ends cancelled (the engine's own record of it)."""
+    conn = http.client.HTTPConnection(live.host, live.port, timeout=60)
+    conn.request("POST", path, json.dumps({**payload, "stream": True}), {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 200
+    assert opening in response.read(256)
+    conn.close()
+    live.wait_idle()
+    assert live.engine.llm.last_result.finish_reason == "cancelled"
+
+
 def live_fixture(tmp_path_factory, model: str, **options) -> Iterator[Live]:
     live = Live(tmp_path_factory.mktemp("store"), model, **options)
     yield live

@@ -39,7 +39,7 @@ from typing import Any
 
 from ..errors import ERROR_CODES, MnnEngineError, invalid
 from ..runtime.generation import GenerationResult
-from .openai_chat import ChatRequest, Delta, MediaPolicy, parse_chat_request
+from .openai_chat import ChatRequest, Delta, MediaPolicy, function_tool, parse_chat_request
 
 #: the ``anthropic-version`` this route follows (the only one Anthropic has published for the Messages API)
 ANTHROPIC_VERSION = "2023-06-01"
@@ -188,10 +188,7 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
                                  "(only tools with an input_schema, which the client runs)")
         if not isinstance(tool.get("name"), str) or not isinstance(tool.get("input_schema"), Mapping):
             raise invalid(where, "needs name and input_schema")
-        function = {"name": tool["name"], "parameters": tool["input_schema"]}
-        if isinstance(tool.get("description"), str):
-            function["description"] = tool["description"]
-        out.append({"type": "function", "function": function})
+        out.append(function_tool(tool["name"], tool["input_schema"], tool.get("description")))
     return out
 
 

@@ -183,6 +183,14 @@ def _parse_thinking(body: Mapping[str, Any], request: ChatRequest) -> None:
             request.enable_thinking = True
 
 
+def function_tool(name: str, parameters: Any, description: Any = None) -> dict[str, Any]:
+    """A function tool in this route's (OpenAI's) shape, as the other dialects' tools become."""
+    function = {"name": name, "parameters": parameters}
+    if isinstance(description, str):
+        function["description"] = description
+    return {"type": "function", "function": function}
+
+
 def _parse_tools(body: Mapping[str, Any], request: ChatRequest) -> None:
     tools = body.get("tools")
     choice = body.get("tool_choice", "auto")

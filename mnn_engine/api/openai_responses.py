@@ -34,7 +34,7 @@ from typing import Any
 
 from ..errors import invalid
 from ..runtime.generation import GenerationResult
-from .openai_chat import ChatRequest, Delta, MediaPolicy, boolean_field, parse_chat_request
+from .openai_chat import ChatRequest, Delta, MediaPolicy, boolean_field, function_tool, parse_chat_request
 
 #: OpenAI's built-in tools (its ``Tool`` schema's types other than ``function``): none can run here
 BUILT_IN_TOOLS = ("web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
@@ -154,10 +154,8 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
                                  "which the client runs, are served)")
         if kind != "function" or not isinstance(tool.get("name"), str):
             raise invalid(where, "must be {\"type\": \"function\", \"name\": ..., \"parameters\": {...}}")
-        function = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
-        if isinstance(tool.get("description"), str):
-            function["description"] = tool["description"]
-        out.append({"type": "function", "function": function})
+        out.append(function_tool(tool["name"], tool.get("parameters") or {"type": "object", "properties": {}},
+                                 tool.get("description")))
     return out
 
 

@@ -6,12 +6,11 @@ pydantic types at the server (``tests/anthropic_types.py``, hooked in by
 
 from __future__ import annotations
 
-import http.client
 import json
 
 import anthropic
 import pytest
-from live_server import KEY, Live, server_fixture
+from live_server import KEY, Live, assert_closing_the_stream_cancels, server_fixture
 from support import SCRIPTED_TEXT
 
 from mnn_engine.api.anthropic_messages import ANTHROPIC_VERSION
@@ -201,15 +200,8 @@ def test_output_config_format_is_structured_output(tiny):
 
 
 def test_closing_the_stream_stops_the_generation(tiny):
-    conn = http.client.HTTPConnection(tiny.host, tiny.port, timeout=60)
-    conn.request("POST", "/v1/messages", json.dumps({"model": "tiny", "max_tokens": 100000, "messages": HI,
-                                                     "stream": True}), {"Content-Type": "application/json"})
-    response = conn.getresponse()
-    assert response.status == 200
-    assert b"message_start" in response.read(256)
-    conn.close()
-    tiny.wait_idle()
-    assert tiny.engine.llm.last_result.finish_reason == "cancelled"
+    assert_closing_the_stream_cancels(tiny, "/v1/messages", {"model": "tiny", "max_tokens": 100000, "messages": HI},
+                                      b"message_start")
 
 
 def test_the_model_list_in_anthropics_shape_for_its_sdk(scripted):

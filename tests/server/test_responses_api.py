@@ -8,13 +8,12 @@ tests/openai_schemas.py, hooked in by tests/conftest.py)."""
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 
 import openai
 import pydantic
 import pytest
-from live_server import KEY, Live, server_fixture
+from live_server import KEY, Live, assert_closing_the_stream_cancels, server_fixture
 from support import SCRIPTED_TEXT
 
 HI = "Who are you?"
@@ -215,16 +214,8 @@ def test_the_store_is_bounded_by_count_and_bytes():
 
 
 def test_closing_the_stream_stops_the_generation(tiny):
-    conn = http.client.HTTPConnection(tiny.host, tiny.port, timeout=60)
-    conn.request("POST", "/v1/responses", json.dumps({"model": "tiny", "input": HI, "stream": True,
-                                                      "max_output_tokens": 100000, "ignore_eos": True}),
-                 {"Content-Type": "application/json"})
-    response = conn.getresponse()
-    assert response.status == 200
-    assert b"response.created" in response.read(256)
-    conn.close()
-    tiny.wait_idle()
-    assert tiny.engine.llm.last_result.finish_reason == "cancelled"
+    assert_closing_the_stream_cancels(tiny, "/v1/responses", {"model": "tiny", "input": HI, "ignore_eos": True,
+                                                               "max_output_tokens": 100000}, b"response.created")
 
 
 def test_a_huge_tool_list_is_a_400_on_both_agent_routes(scripted):
