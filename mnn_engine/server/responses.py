@@ -11,9 +11,11 @@ Errors are OpenAI's shape, as on the chat route.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
+from .. import jsonutil
 from ..api.openai_chat import Delta, MediaPolicy
 from ..api.openai_responses import (
     ResponsesRequest,
@@ -58,7 +60,7 @@ class ResponsesHandler(BodyHandler):
             if outcome is None:
                 return
             answer = response(response_id, model, request, created, output_items(outcome.deltas), outcome.result)
-            self._store(request, answer)
+            await self._store(request, answer)
             self.send_json(answer)
             return
         items = _ItemStream(self)
@@ -76,15 +78,16 @@ class ResponsesHandler(BodyHandler):
         if outcome is not None:
             await items.close()
             answer = response(response_id, model, request, created, items.done, outcome.result)
-            self._store(request, answer)
+            await self._store(request, answer)
             await items.event(f"response.{answer['status']}", response=answer)
         if not self.closed:
             self.finish()
 
-    def _store(self, request: ResponsesRequest, answer: dict[str, Any]) -> None:
+    async def _store(self, request: ResponsesRequest, answer: dict[str, Any]) -> None:
+        """Keep the answer (off the IOLoop: the store sizes the conversation, whose images may be megabytes)."""
         if request.store:
-            self.ctx.responses.put(answer, request.input_items,
-                                   [*request.history, *request.input_items, *answer["output"]])
+            await self.off_loop(self.ctx.responses.put, answer, request.input_items,
+                                [*request.history, *request.input_items, *answer["output"]])
 
 
 class _ItemStream:
@@ -192,8 +195,10 @@ class InputItemsHandler(JsonHandler):
             ids = [i["id"] for i in items]
             items = items[ids.index(after) + 1:] if after in ids else []
         page = items[:int(limit)]
-        self.send_json({"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
-                        "last_id": page[-1]["id"] if page else None, "has_more": len(items) > len(page)})
+        listing = {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+                   "last_id": page[-1]["id"] if page else None, "has_more": len(items) > len(page)}
+        # serialised off the IOLoop: input images are data URLs of up to megabytes
+        self.send_json_bytes(await asyncio.wrap_future(self.ctx.text_work.submit(jsonutil.dumps, listing)))
 
 
 def routes(ctx: Any) -> list[tuple[str, Any, dict[str, Any]]]:

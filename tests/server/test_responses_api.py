@@ -256,3 +256,22 @@ def test_a_conversation_may_continue_on_another_served_model(tmp_path):
         assert second.usage.input_tokens_details.cached_tokens == 0
     finally:
         pool.close()
+
+
+@pytest.mark.parametrize(("path", "payload", "error_event"), [
+    ("/v1/responses", {"input": HI, "max_output_tokens": 64}, "event: error"),
+    ("/v1/messages", {"model": "tiny-scripted", "max_tokens": 64, "messages": [{"role": "user", "content": HI}]},
+     "event: error"),
+])
+def test_a_failure_after_the_stream_started_is_the_dialects_error_event(tmp_path, path, payload, error_event):
+    live = Live(tmp_path, "tiny-scripted")
+    try:
+        live.engine.llm._inject_failure(4)  # after four tokens: the stream has started
+        status, _, raw = live.request("POST", path, json.dumps({**payload, "stream": True}))
+        assert status == 200
+        text = raw.decode()
+        last = text.strip().split("\n\n")[-1]
+        assert last.startswith(error_event) and "generation_failed" in last, text[-600:]
+        assert "response.completed" not in text and "message_stop" not in text
+    finally:
+        live.close()
