@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
 from ..errors import ERROR_CODES, MnnEngineError, invalid
 from ..runtime.generation import GenerationResult
-from .openai_chat import ChatRequest, Delta, MediaPolicy, function_tool, parse_chat_request
+from .openai_chat import ChatRequest, Delta, MediaPolicy, arguments_object, function_tool, parse_chat_request
 
 #: the ``anthropic-version`` this route follows (the only one Anthropic has published for the Messages API)
 ANTHROPIC_VERSION = "2023-06-01"
@@ -47,8 +47,7 @@ ANTHROPIC_VERSION = "2023-06-01"
 #: Anthropic's error ``type`` by HTTP status (its API reference's error table); the status itself comes
 #: from the one error table (``errors.ERROR_CODES``)
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-               529: "overloaded_error"}
+               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error"}
 
 #: Anthropic's sampling fields -> the chat route's (and llama.cpp's ignore_eos, as the chat route takes it)
 _SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "ignore_eos": "ignore_eos"}
@@ -282,17 +281,20 @@ def messages_request(body: Any, policy: MediaPolicy, *, counting: bool = False) 
 
 
 def stop_reason(result: GenerationResult, tool_calls: bool, stops: list[str] | None,
-                generated: str) -> tuple[str, str | None]:
-    """Anthropic's ``stop_reason`` and ``stop_sequence``: ``generated`` is the text of every token
-    generated, the stop string included (``result.text`` ends before it)."""
+                generated: Callable[[], str]) -> tuple[str, str | None]:
+    """Anthropic's ``stop_reason`` and ``stop_sequence``. ``generated()`` is the text of every token
+    generated, the stop string included (``result.text`` ends before it); asked only when the request
+    had stop strings."""
     if result.finish_reason == "length":
         return "max_tokens", None
     if tool_calls:
         return "tool_use", None
-    rest = generated[len(result.text):] if generated.startswith(result.text) else ""
-    for stop in stops or ():
-        if rest.startswith(stop) or (not rest and generated.endswith(stop)):
-            return "stop_sequence", stop
+    if stops:
+        text = generated()
+        rest = text[len(result.text):] if text.startswith(result.text) else ""
+        for stop in stops:
+            if rest.startswith(stop):
+                return "stop_sequence", stop
     return "end_turn", None
 
 
@@ -306,12 +308,8 @@ def usage(result: GenerationResult) -> dict[str, Any]:
 def tool_use_block(delta: Delta) -> dict[str, Any]:
     """A parsed tool call as a ``tool_use`` block (arguments cut off by the token limit: those that parse)."""
     call = delta.tool_call
-    try:
-        arguments = json.loads(call["function"]["arguments"] or "{}")
-    except (ValueError, RecursionError):
-        arguments = {}
     return {"type": "tool_use", "id": "toolu_" + call["id"].removeprefix("call_"),
-            "name": call["function"]["name"], "input": arguments if isinstance(arguments, dict) else {}}
+            "name": call["function"]["name"], "input": arguments_object(call["function"]["arguments"])}
 
 
 def content_blocks(deltas: list[Delta]) -> list[dict[str, Any]]:
@@ -321,11 +319,11 @@ def content_blocks(deltas: list[Delta]) -> list[dict[str, Any]]:
         if delta.kind == "tool_call":
             blocks.append(tool_use_block(delta))
             continue
-        kind, key = ("thinking", "thinking") if delta.kind == "reasoning" else ("text", "text")
+        kind = "thinking" if delta.kind == "reasoning" else "text"  # the block's text is under its type's name
         if blocks and blocks[-1]["type"] == kind:
-            blocks[-1][key] += delta.text
+            blocks[-1][kind] += delta.text
         else:
-            blocks.append({"type": kind, key: delta.text, **({"signature": ""} if kind == "thinking" else {})})
+            blocks.append({"type": kind, kind: delta.text, **({"signature": ""} if kind == "thinking" else {})})
     return blocks
 
 

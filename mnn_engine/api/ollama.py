@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import invalid
 from ..runtime.generation import GenerationResult
-from .openai_chat import ChatRequest, MediaPolicy, finish_reason, parse_chat_request
+from .openai_chat import ChatRequest, MediaPolicy, arguments_object, finish_reason, parse_chat_request
 
 #: the Ollama API version these routes follow
 OLLAMA_VERSION = "0.9.0"
@@ -165,17 +165,9 @@ def split_deltas(deltas: list[Any]) -> tuple[str, str, list[dict[str, Any]] | No
     thinking = "".join(d.text for d in deltas if d.kind == "reasoning")
     calls = [{"id": d.tool_call["id"],
               "function": {"index": d.tool_call["index"], "name": d.tool_call["function"]["name"],
-                           "arguments": _arguments_object(d.tool_call["function"]["arguments"])}}
+                           "arguments": arguments_object(d.tool_call["function"]["arguments"])}}
              for d in deltas if d.kind == "tool_call"]
     return content, thinking, calls or None
-
-
-def _arguments_object(text: str) -> Any:
-    try:
-        value = json.loads(text or "{}")
-    except (ValueError, RecursionError):
-        return {}  # cut off mid-arguments (done_reason says length)
-    return value if isinstance(value, dict) else {}
 
 
 #: Ollama's think levels (api/types.go ThinkValue)

@@ -183,6 +183,16 @@ def _parse_thinking(body: Mapping[str, Any], request: ChatRequest) -> None:
             request.enable_thinking = True
 
 
+def arguments_object(text: str) -> dict[str, Any]:
+    """A tool call's arguments (JSON text) as the object the other dialects send: ``{}`` for arguments
+    the token limit cut off, or that are not an object."""
+    try:
+        value = json.loads(text or "{}")
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def function_tool(name: str, parameters: Any, description: Any = None) -> dict[str, Any]:
     """A function tool in this route's (OpenAI's) shape, as the other dialects' tools become."""
     function = {"name": name, "parameters": parameters}

@@ -40,10 +40,12 @@ from .openai_chat import ChatRequest, Delta, MediaPolicy, boolean_field, functio
 BUILT_IN_TOOLS = ("web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
                   "file_search", "code_interpreter", "computer_use_preview", "computer_use", "mcp",
                   "image_generation", "local_shell", "shell", "apply_patch", "custom")
-#: ``include`` values accepted; none adds anything here (no built-in tools, no encrypted reasoning)
-INCLUDE = ("reasoning.encrypted_content", "message.output_text.logprobs", "message.input_image.image_url",
-           "web_search_call.action.sources", "code_interpreter_call.outputs", "computer_call_output.output.image_url",
-           "file_search_call.results", "web_search_call.results")
+#: ``include`` values accepted. Each adds nothing that is not already there: the built-in tools' outputs and
+#: encrypted reasoning do not exist here, and stored input items keep their image URLs as given. The one that
+#: would add something, ``message.output_text.logprobs``, is refused (a 400), not silently ignored.
+INCLUDE = ("reasoning.encrypted_content", "message.input_image.image_url", "web_search_call.action.sources",
+           "code_interpreter_call.outputs", "computer_call_output.output.image_url", "file_search_call.results",
+           "web_search_call.results")
 
 
 def new_id(prefix: str) -> str:
@@ -60,8 +62,12 @@ class ResponsesRequest:
     #: the conversation before this request's input (``previous_response_id``'s), as items
     history: list[dict[str, Any]] = field(default_factory=list)
     echo: dict[str, Any] = field(default_factory=dict)  # instructions, tools, tool_choice, ... as the answer has them
-    store: bool = True
     stream: bool = False
+
+    @property
+    def store(self) -> bool:
+        """Whether the answer is kept (``store``, as the answer echoes it)."""
+        return bool(self.echo.get("store", True))
 
 
 def input_items(value: Any) -> list[dict[str, Any]]:
@@ -252,15 +258,15 @@ def responses_request(body: Any, history: list[dict[str, Any]], policy: MediaPol
             "store": boolean_field(body, "store", True)}
     if isinstance(body.get("user"), str):
         echo["user"] = body["user"]
-    request = ResponsesRequest(parse_chat_request(chat_body, policy), items, list(history), echo,
-                               store=echo["store"], stream=boolean_field(body, "stream", False))
-    return request
+    return ResponsesRequest(parse_chat_request(chat_body, policy), items, list(history), echo,
+                            stream=boolean_field(body, "stream", False))
 
 
-def usage(result: GenerationResult, reasoning_tokens: int = 0) -> dict[str, Any]:
+def usage(result: GenerationResult) -> dict[str, Any]:
+    """The Responses API's usage (reasoning tokens are not counted apart: 0, inside ``output_tokens``)."""
     return {"input_tokens": result.prompt_tokens, "input_tokens_details": {"cached_tokens": result.cached_tokens,
                                                                       "cache_write_tokens": 0},
-            "output_tokens": result.completion_tokens, "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+            "output_tokens": result.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": result.prompt_tokens + result.completion_tokens}
 
 

@@ -79,14 +79,16 @@ def write_decoded_image(data: bytes, out: BinaryIO) -> None:
 
     Written straight to ``out``: a 16 MP image is 48 MiB of pixels, and an
     in-memory BMP besides them would double what a request holds at its peak."""
-    image = _decoded(data)
+    decoded = _decoded(data)
+    image = decoded
     try:
         if image.mode in ("I;16", "I;16B", "I;16L", "I"):  # 16-bit grey: its high byte, as stb keeps it
             image = image.point(lambda v: v / 256).convert("L")
         (image if image.mode == "RGB" else image.convert("RGB")).save(out, format="BMP")
     finally:
         image.close()
-        if image.width * image.height * 3 >= TRIM_AFTER_BYTES:  # its pixels are freed: given back now
+        decoded.close()  # the 16-bit original too, when a converted copy was written
+        if decoded.width * decoded.height * 3 >= TRIM_AFTER_BYTES:  # its pixels are freed: given back now
             trim_allocator()
 
 

@@ -15,6 +15,7 @@ The key may come as ``x-api-key`` (Anthropic's header) or as a bearer token
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from ..api.anthropic_messages import (
@@ -51,9 +52,9 @@ class AnthropicHandler(BodyHandler):
         return model, await self.off_loop(lambda: messages_request(body, policy, counting=counting))
 
 
-def _generated(outcome: Outcome) -> str:
-    """Every generated token's text, the stop string included."""
-    return b"".join(outcome.token_bytes(t) for t in outcome.result.token_ids).decode("utf-8", "replace")
+def _generated(outcome: Outcome) -> Callable[[], str]:
+    """Every generated token's text, the stop string included (made only when asked for)."""
+    return lambda: b"".join(map(outcome.token_bytes, outcome.result.token_ids)).decode("utf-8", "replace")
 
 
 class MessagesHandler(AnthropicHandler):

@@ -161,6 +161,7 @@ def test_an_agent_with_a_function_tool_runs_to_completion(toolcall):
     ({"tool_choice": {"type": "mcp"}}, "tool_choice"),
     ({"text": {"format": {"type": "xml"}}}, "text.format"),
     ({"include": ["everything"]}, "include"),
+    ({"include": ["message.output_text.logprobs"]}, "include"),  # would add logprobs: refused, not ignored
     ({"metadata": {"k": 1}}, "metadata"),
     ({"store": "yes"}, "store"),
     ({"max_output_tokens": "many"}, "max_tokens"),
