@@ -34,7 +34,7 @@ from typing import Any
 
 from ..errors import invalid
 from ..runtime.generation import GenerationResult
-from .openai_chat import ChatRequest, Delta, MediaPolicy, boolean_field, function_tool, parse_chat_request
+from .openai_chat import ChatRequest, MediaPolicy, boolean_field, function_tool, parse_chat_request
 
 #: OpenAI's built-in tools (its ``Tool`` schema's types other than ``function``): none can run here
 BUILT_IN_TOOLS = ("web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
@@ -287,25 +287,6 @@ def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
 def function_call_item(item_id: str, call: Mapping[str, Any], status: str = "completed") -> dict[str, Any]:
     return {"id": item_id, "type": "function_call", "call_id": call["id"], "name": call["function"]["name"],
             "arguments": call["function"]["arguments"], "status": status}
-
-
-def output_items(deltas: list[Delta]) -> list[dict[str, Any]]:
-    """A whole answer's output items, in the order the model wrote them."""
-    items: list[dict[str, Any]] = []
-    for delta in deltas:
-        if delta.kind == "tool_call":
-            items.append(function_call_item(new_id("fc"), delta.tool_call))
-        elif delta.kind == "reasoning":
-            if items and items[-1]["type"] == "reasoning":
-                items[-1]["content"][0]["text"] += delta.text
-            else:
-                items.append(reasoning_item(new_id("rs"), delta.text))
-        elif delta.text:
-            if items and items[-1]["type"] == "message":
-                items[-1]["content"][0]["text"] += delta.text
-            else:
-                items.append(message_item(new_id("msg"), delta.text))
-    return items
 
 
 def response(response_id: str, model: str, request: ResponsesRequest, created: float, output: list[dict[str, Any]],

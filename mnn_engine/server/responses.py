@@ -22,7 +22,6 @@ from ..api.openai_responses import (
     function_call_item,
     message_item,
     new_id,
-    output_items,
     output_text,
     reasoning_item,
     response,
@@ -59,7 +58,10 @@ class ResponsesHandler(BodyHandler):
             outcome = await session.whole()
             if outcome is None:
                 return
-            answer = response(response_id, model, request, created, output_items(outcome.deltas), outcome.result)
+            items = _ItemStream(None)  # the same items a stream builds, without its events
+            await items.emit(outcome.deltas)
+            await items.close()
+            answer = response(response_id, model, request, created, items.done, outcome.result)
             await self._store(request, answer)
             self.send_json(answer)
             return
@@ -93,16 +95,17 @@ class ResponsesHandler(BodyHandler):
 class _ItemStream:
     """Parsed output as the Responses API's output items and their events: an item opens when the
     kind of output changes (reasoning, a message, a function call), its deltas follow, and it is
-    done before the next opens."""
+    done before the next opens. Without a handler it only builds the items (a whole answer's)."""
 
-    def __init__(self, handler: BodyHandler) -> None:
+    def __init__(self, handler: BodyHandler | None) -> None:
         self.handler = handler
         self.sequence = 0
         self.done: list[dict[str, Any]] = []
         self.item: dict[str, Any] | None = None
 
     async def event(self, kind: str, /, **data: Any) -> None:
-        await self.handler.send_event({"type": kind, **data, "sequence_number": self.sequence}, kind)
+        if self.handler is not None:
+            await self.handler.send_event({"type": kind, **data, "sequence_number": self.sequence}, kind)
         self.sequence += 1
 
     def _where(self) -> dict[str, Any]:
