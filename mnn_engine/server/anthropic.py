@@ -133,9 +133,7 @@ class _BlockStream:
             if delta.kind in ("tool_call", "tool_call_arguments"):
                 arguments = delta.tool_call["function"]["arguments"]
                 if delta.kind == "tool_call":  # the call's first piece: its block opens with the input empty
-                    block = tool_use_block(Delta("tool_call", tool_call={**delta.tool_call, "function": {
-                        **delta.tool_call["function"], "arguments": ""}}))
-                    await self._start("tool_use", block)
+                    await self._start("tool_use", {**tool_use_block(delta), "input": {}})
                 if arguments:
                     await self._delta({"type": "input_json_delta", "partial_json": arguments})
             elif delta.text:

@@ -143,9 +143,7 @@ class _ItemStream:
         for delta in deltas:
             if delta.kind == "tool_call":  # a call's first piece: its item opens with the arguments so far
                 call = delta.tool_call
-                await self._open(function_call_item(new_id("fc"), {**call, "function": {**call["function"],
-                                                                                      "arguments": ""}},
-                                                    status="in_progress"))
+                await self._open({**function_call_item(new_id("fc"), call, status="in_progress"), "arguments": ""})
                 pieces = call["function"]["arguments"]
             elif delta.kind == "tool_call_arguments":
                 pieces = delta.tool_call["function"]["arguments"]
