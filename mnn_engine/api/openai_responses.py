@@ -33,17 +33,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import invalid
-from ..runtime.generation import GenerationResult
-from .openai_chat import ChatRequest, MediaPolicy, boolean_field, function_tool, parse_chat_request
+from ..runtime.generation import GenerationResult, TokenLogprob
+from .openai_chat import (
+    ChatRequest,
+    MediaPolicy,
+    boolean_field,
+    function_tool,
+    logprobs_object,
+    parse_chat_request,
+)
 
 #: OpenAI's built-in tools (its ``Tool`` schema's types other than ``function``): none can run here
 BUILT_IN_TOOLS = ("web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
                   "file_search", "code_interpreter", "computer_use_preview", "computer_use", "mcp",
                   "image_generation", "local_shell", "shell", "apply_patch", "custom")
-#: ``include`` values accepted. Each adds nothing that is not already there: the built-in tools' outputs and
-#: encrypted reasoning do not exist here, and stored input items keep their image URLs as given. The one that
-#: would add something, ``message.output_text.logprobs``, is refused (a 400), not silently ignored.
-INCLUDE = ("reasoning.encrypted_content", "message.input_image.image_url", "web_search_call.action.sources",
+#: ``include`` values accepted. ``message.output_text.logprobs`` adds the answer's log-probabilities (with
+#: ``top_logprobs`` alternatives); the others add nothing that is not already there: the built-in tools' outputs
+#: and encrypted reasoning do not exist here, and stored input items keep their image URLs as given.
+LOGPROBS = "message.output_text.logprobs"
+INCLUDE = (LOGPROBS, "reasoning.encrypted_content", "message.input_image.image_url", "web_search_call.action.sources",
            "code_interpreter_call.outputs", "computer_call_output.output.image_url", "file_search_call.results",
            "web_search_call.results")
 
@@ -224,6 +232,11 @@ def _options(body: Mapping[str, Any], out: dict[str, Any]) -> None:
     include = body.get("include")
     if include is not None and (not isinstance(include, list) or any(i not in INCLUDE for i in include)):
         raise invalid("include", f"'include' takes a list of: {', '.join(INCLUDE)}")
+    top = body.get("top_logprobs")
+    if (include and LOGPROBS in include) or top:  # alternatives asked for are log-probabilities asked for
+        out["logprobs"] = True
+        if top is not None:
+            out["top_logprobs"] = top  # its bounds are the chat route's (0..20)
     metadata = body.get("metadata")
     if metadata is not None and (not isinstance(metadata, Mapping) or len(metadata) > 16 or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
@@ -251,7 +264,8 @@ def responses_request(body: Any, history: list[dict[str, Any]], policy: MediaPol
             "tool_choice": body.get("tool_choice") or "auto",
             "parallel_tool_calls": boolean_field(body, "parallel_tool_calls", True),
             "temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0),
-            "max_output_tokens": body.get("max_output_tokens"), "metadata": body.get("metadata") or {},
+            "max_output_tokens": body.get("max_output_tokens"), "top_logprobs": body.get("top_logprobs"),
+            "metadata": body.get("metadata") or {},
             "previous_response_id": body.get("previous_response_id"),
             "text": {"format": (body.get("text") or {}).get("format") or {"type": "text"}},
             "reasoning": {"effort": (body.get("reasoning") or {}).get("effort"), "summary": None},
@@ -270,13 +284,44 @@ def usage(result: GenerationResult) -> dict[str, Any]:
             "total_tokens": result.prompt_tokens + result.completion_tokens}
 
 
-def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+def message_item(item_id: str, text: str, status: str = "completed",
+                 logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {"id": item_id, "type": "message", "role": "assistant", "status": status,
-            "content": [output_text(text)] if status == "completed" else []}
+            "content": [output_text(text, logprobs)] if status == "completed" else []}
 
 
-def output_text(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def output_text(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
+
+
+def message_logprobs(texts: list[str], logprobs: tuple[TokenLogprob, ...] | None,
+                     token_bytes: Any) -> list[list[dict[str, Any]]]:
+    """Each message text's tokens with their log-probabilities (OpenAI's ``LogProb``), in order.
+
+    The generation's tokens cover reasoning and tool-call markup too; a message's own are those whose bytes
+    overlap its text where it stands in the generated bytes. Texts are found from the end, each before the
+    next one (a message follows the reasoning it could repeat). Without log-probabilities, all are empty.
+    """
+    entries = logprobs_object(logprobs, token_bytes)
+    if entries is None:
+        return [[] for _ in texts]
+    entries = entries["content"]
+    ends, offset = [], 0
+    for entry in entries:
+        offset += len(entry["bytes"])
+        ends.append(offset)
+    generated = b"".join(bytes(e["bytes"]) for e in entries)
+    out: list[list[dict[str, Any]]] = []
+    limit = len(generated)
+    for text in reversed(texts):
+        raw = text.encode()
+        start = generated.rfind(raw, 0, limit) if raw else -1
+        if start < 0:
+            out.append([])
+            continue
+        limit, stop = start, start + len(raw)
+        out.append([e for e, end in zip(entries, ends, strict=True) if end > start and end - len(e["bytes"]) < stop])
+    return out[::-1]
 
 
 def reasoning_item(item_id: str, text: str) -> dict[str, Any]:

@@ -188,7 +188,9 @@ _RESPONSES_REQUEST = {"type": "object", "required": ["input"], "properties": {
     "tools": {"type": "array", "items": {"type": "object"}}, "tool_choice": {"oneOf": [
         {"enum": ["auto", "none", "required"]}, {"type": "object"}]}, "parallel_tool_calls": {"type": "boolean"},
     "text": {"type": "object"}, "reasoning": {"type": "object"}, "metadata": {"type": "object"},
-    "include": {"type": "array", "items": {"type": "string"}}, "user": {"type": "string"}}}
+    "include": {"type": "array", "items": {"type": "string"}}, "top_logprobs": {**_INTEGER, "minimum": 0,
+                                                                                "maximum": 20},
+    "user": {"type": "string"}}}
 _RESPONSE_ID = [{"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}]
 
 

@@ -21,6 +21,7 @@ from ..api.openai_responses import (
     ResponsesRequest,
     function_call_item,
     message_item,
+    message_logprobs,
     new_id,
     output_text,
     reasoning_item,
@@ -29,7 +30,7 @@ from ..api.openai_responses import (
 )
 from ..errors import MnnEngineError, invalid
 from .app import BodyHandler, JsonHandler
-from .session import GenerationSession
+from .session import GenerationSession, Outcome
 
 
 class ResponsesHandler(BodyHandler):
@@ -60,7 +61,7 @@ class ResponsesHandler(BodyHandler):
                 return
             items = _ItemStream(None)  # the same items a stream builds, without its events
             await items.emit(outcome.deltas)
-            await items.close()
+            await items.close(outcome)
             answer = response(response_id, model, request, created, items.done, outcome.result)
             await self._store(request, answer)
             self.send_json(answer)
@@ -78,7 +79,7 @@ class ResponsesHandler(BodyHandler):
 
         outcome = await session.stream(start, items.emit, emit_error)
         if outcome is not None:
-            await items.close()
+            await items.close(outcome)
             answer = response(response_id, model, request, created, items.done, outcome.result)
             await self._store(request, answer)
             await items.event(f"response.{answer['status']}", response=answer)
@@ -95,13 +96,19 @@ class ResponsesHandler(BodyHandler):
 class _ItemStream:
     """Parsed output as the Responses API's output items and their events: an item opens when the
     kind of output changes (reasoning, a message, a function call), its deltas follow, and it is
-    done before the next opens. Without a handler it only builds the items (a whole answer's)."""
+    done before the next opens. Without a handler it only builds the items (a whole answer's).
+
+    Log-probabilities exist once the generation has ended (the engine gives them with its result), so
+    a message's text deltas carry none; the last item's done events and every message of the final
+    response carry them (a message closed earlier, before a tool call, has them in the response only).
+    """
 
     def __init__(self, handler: BodyHandler | None) -> None:
         self.handler = handler
         self.sequence = 0
         self.done: list[dict[str, Any]] = []
         self.item: dict[str, Any] | None = None
+        self.logprobs: list[dict[str, Any]] = []  # the open message's, once the generation has ended
 
     async def event(self, kind: str, /, **data: Any) -> None:
         if self.handler is not None:
@@ -118,16 +125,21 @@ class _ItemStream:
         if item["type"] == "message":
             await self.event("response.content_part.added", **self._where(), content_index=0, part=output_text(""))
 
-    async def close(self) -> None:
+    async def close(self, outcome: Outcome | None = None) -> None:
+        """Close the open item; with the generation's ``outcome`` (at the end), messages get their
+        log-probabilities."""
         item = self.item
+        if outcome is not None:
+            self._attach_logprobs(outcome)
         if item is None:
             return
         where = self._where()
         if item["type"] == "message":
-            text = item["text"]
-            await self.event("response.output_text.done", **where, content_index=0, text=text, logprobs=[])
-            await self.event("response.content_part.done", **where, content_index=0, part=output_text(text))
-            finished = message_item(item["id"], text)
+            text, logprobs = item["text"], self.logprobs
+            await self.event("response.output_text.done", **where, content_index=0, text=text, logprobs=logprobs)
+            await self.event("response.content_part.done", **where, content_index=0,
+                             part=output_text(text, logprobs))
+            finished = message_item(item["id"], text, logprobs=logprobs)
         elif item["type"] == "reasoning":
             await self.event("response.reasoning_text.done", **where, content_index=0, text=item["text"])
             finished = reasoning_item(item["id"], item["text"])
@@ -138,6 +150,17 @@ class _ItemStream:
         await self.event("response.output_item.done", output_index=len(self.done), item=finished)
         self.item = None
         self.done.append(finished)
+
+    def _attach_logprobs(self, outcome: Outcome) -> None:
+        done = [i for i in self.done if i["type"] == "message"]
+        texts = [i["content"][0]["text"] for i in done]
+        is_open = self.item is not None and self.item["type"] == "message"
+        found = message_logprobs([*texts, self.item["text"]] if is_open else texts,
+                                 outcome.result.logprobs, outcome.token_bytes)
+        for item, logprobs in zip(done, found, strict=False):  # found has the open one last
+            item["content"][0]["logprobs"] = logprobs
+        if is_open:
+            self.logprobs = found[-1]
 
     async def emit(self, deltas: list[Delta]) -> None:
         for delta in deltas:

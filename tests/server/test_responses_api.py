@@ -102,6 +102,37 @@ def test_a_function_call_round_trip(toolcall):
     assert json.loads(streamed.arguments) == {"city": "Paris"}
 
 
+def test_logprobs_are_the_chat_routes_whole_and_streamed(scripted):
+    client = _client(scripted)
+    include = ["message.output_text.logprobs"]
+    answer = client.responses.create(model="tiny-scripted", input=HI, max_output_tokens=64, include=include,
+                                     top_logprobs=2)
+    chat = client.chat.completions.create(model="tiny-scripted", messages=[{"role": "user", "content": HI}],
+                                          max_tokens=64, logprobs=True, top_logprobs=2)
+    assert answer.top_logprobs == 2
+    got = answer.output[0].content[0].logprobs
+    assert [(e.token, e.logprob, [t.token for t in e.top_logprobs]) for e in got] == [
+        (e.token, e.logprob, [t.token for t in e.top_logprobs]) for e in chat.choices[0].logprobs.content]
+    assert b"".join(bytes(e.bytes) for e in got).decode() == SCRIPTED_TEXT
+    assert all(len(e.top_logprobs) == 2 for e in got)
+    with client.responses.stream(model="tiny-scripted", input=HI, max_output_tokens=64, include=include) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    done = next(e for e in events if e.type == "response.output_text.done")
+    assert [e.logprob for e in done.logprobs] == [e.logprob for e in got]  # the same greedy run
+    assert [e.model_dump() for e in final.output[0].content[0].logprobs] == [e.model_dump() for e in done.logprobs]
+    assert all(e.logprobs == [] for e in events if e.type == "response.output_text.delta")  # not known yet
+    plain = client.responses.create(model="tiny-scripted", input=HI, max_output_tokens=64)
+    assert plain.output[0].content[0].logprobs == [] and plain.top_logprobs is None
+
+
+def test_a_messages_logprobs_are_its_own_tokens_not_the_reasoning(thinking):
+    answer = _client(thinking).responses.create(model="tiny-thinking", input=HI, include=[
+        "message.output_text.logprobs"])
+    tokens = "".join(e.token for e in answer.output[1].content[0].logprobs)
+    assert "Hello there!" in tokens and "greets" not in tokens and "think>" not in tokens
+
+
 def test_text_format_parses_into_a_model(tiny):
     class Answer(pydantic.BaseModel):
         ok: bool
@@ -161,7 +192,7 @@ def test_an_agent_with_a_function_tool_runs_to_completion(toolcall):
     ({"tool_choice": {"type": "mcp"}}, "tool_choice"),
     ({"text": {"format": {"type": "xml"}}}, "text.format"),
     ({"include": ["everything"]}, "include"),
-    ({"include": ["message.output_text.logprobs"]}, "include"),  # would add logprobs: refused, not ignored
+    ({"include": ["message.output_text.logprobs"], "top_logprobs": 21}, "top_logprobs"),
     ({"metadata": {"k": 1}}, "metadata"),
     ({"store": "yes"}, "store"),
     ({"max_output_tokens": "many"}, "max_tokens"),
