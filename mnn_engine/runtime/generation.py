@@ -119,6 +119,8 @@ class ScoreResult:
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     cancelled: bool = False
+    #: with ``top_logprobs``: at each position, the most likely tokens as (token id, log-probability)
+    top: tuple[tuple[tuple[int, float], ...], ...] = ()
 
     @property
     def total_logprob(self) -> float:

@@ -45,7 +45,7 @@ from .prompt import (
     fit_chat,
     fitting_ids,
 )
-from .sampling import INT32_MAX, GenerationConfig, is_valid_unicode
+from .sampling import INT32_MAX, MAX_TOP_LOGPROBS, GenerationConfig, is_valid_unicode
 from .streaming import astream_pieces, stream_pieces
 from .tokenizing import splits_exactly, tokenize_bounded
 
@@ -784,14 +784,18 @@ class Llm:
             yield held.core
 
     # ------------------------------------------------------------------ scoring
-    def score(self, prompt: Prompt, continuation: str | Sequence[int]) -> ScoreResult:
+    def score(self, prompt: Prompt, continuation: str | Sequence[int], *, top_logprobs: int = 0) -> ScoreResult:
         """How likely the model finds ``continuation`` after ``prompt``: the
         log-probability of each continuation token given everything before it
-        (teacher forcing, one forward per token; no sampling). ``prompt`` is
-        text, token ids or chat messages; ``continuation`` text or token ids.
-        ``cancel()`` stops it (``cancelled`` is then set and no scores are
-        returned). For evaluation, e.g. perplexity."""
+        (teacher forcing, one forward per token; no sampling), and with
+        ``top_logprobs`` (0..20) the most likely tokens at each position.
+        ``prompt`` is text, token ids or chat messages; ``continuation`` text
+        or token ids. ``cancel()`` stops it (``cancelled`` is then set and no
+        scores are returned). For evaluation, e.g. perplexity."""
         self.require_kind("chat")
+        if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or \
+                not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
+            raise invalid("top_logprobs", f"must be an integer in [0, {MAX_TOP_LOGPROBS}]")
         prompt_ids = self.prompt_ids(prompt)
         if isinstance(continuation, str):
             target_ids = self.tokenize(continuation)
@@ -806,10 +810,12 @@ class Llm:
                                  f"prompt and continuation have {len(prompt_ids) + len(target_ids)} tokens; "
                                  f"the context holds {self._context_limit}", param="continuation")
         with self._exclusive() as core:
-            logprobs = core.score(prompt_ids, target_ids)
-        if logprobs is None:
+            scored = core.score(prompt_ids, target_ids, top_logprobs)
+        if scored is None:
             raise MnnEngineError("generation_failed", "MNN returned no float32 logits while scoring")
-        return ScoreResult(tuple(target_ids), tuple(logprobs), cancelled=not logprobs)
+        logprobs, tops = scored
+        return ScoreResult(tuple(target_ids), tuple(logprobs), cancelled=not logprobs,
+                           top=tuple(tuple(position) for position in tops) if top_logprobs else ())
 
     # ------------------------------------------------------------------ embeddings
     def require_kind(self, kind: str) -> None:

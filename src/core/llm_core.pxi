@@ -295,21 +295,24 @@ cdef class LlmCore:
             raise loop.callback_error
         return loop.outcome()
 
-    def score(self, prompt_ids, target_ids) -> list:
+    def score(self, prompt_ids, target_ids, int top=0):
         """Log-probability of each target token after the prompt and the
-        targets before it (teacher forcing: one forward per target token).
-        An empty list when cancelled; None when MNN returns no logits."""
+        targets before it (teacher forcing: one forward per target token),
+        and at each position the ``top`` most likely tokens as (token,
+        log-probability) pairs: ``(logprobs, tops)``. Both empty when
+        cancelled; None when MNN returns no logits."""
         cdef Llm* llm = self._require()
         cdef vector[int] prompt = prompt_ids
         cdef vector[int] targets = target_ids
         cdef vector[double] out
+        cdef vector[vector[pair[float, int]]] tops
         cdef cbool failed = False
         self._held.clear()
         with nogil:
-            failed = not score_targets(llm, prompt, targets, &self._cancel, &out)
+            failed = not score_targets(llm, prompt, targets, &self._cancel, &out, top, &tops)
         if failed:
             return None
-        return list(out)
+        return list(out), [[(p.second, p.first) for p in position] for position in tops]
 
     def forward_costs(self, prompt_ids, lengths, int repeats=3) -> list:
         """Milliseconds of a decode-time forward over L tokens (all logits

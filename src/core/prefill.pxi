@@ -80,14 +80,19 @@ cdef VARP prefill(Llm* llm, const vector[int]& prompt, size_t keep, atomic[int]*
 
 
 cdef cbool score_targets(Llm* llm, const vector[int]& prompt, const vector[int]& targets,
-                         atomic[int]* cancel, vector[double]* out) noexcept nogil:
-    """Fill ``out`` with log p(target i | prompt, targets before i). False when
-    MNN returns no logits; stops early (``out`` cleared) when cancelled."""
+                         atomic[int]* cancel, vector[double]* out, int top=0,
+                         vector[vector[pair[float, int]]]* tops=NULL) noexcept nogil:
+    """Fill ``out`` with log p(target i | prompt, targets before i), and
+    ``tops`` (when given) with the ``top`` most likely tokens at each of those
+    positions. False when MNN returns no logits; stops early (``out`` and
+    ``tops`` cleared) when cancelled."""
     cdef VARP logits_var
     cdef const float* logits
     cdef int vocab = 0
     cdef int i, token
+    cdef double lse
     cdef vector[int] one = vector[int](1)
+    cdef vector[pair[float, int]] scratch
     logits_var = prefill(llm, prompt, 0, cancel)
     if cancel[0].load() != 0:
         varp_reset(logits_var)
@@ -97,6 +102,8 @@ cdef cbool score_targets(Llm* llm, const vector[int]& prompt, const vector[int]&
     for i in range(<int>targets.size()):
         if cancel[0].load() != 0:
             out.clear()
+            if tops != NULL:
+                tops.clear()
             break
         logits = read_logits(logits_var, &vocab)
         token = targets[i]
@@ -104,7 +111,11 @@ cdef cbool score_targets(Llm* llm, const vector[int]& prompt, const vector[int]&
             varp_reset(logits_var)
             llm.reset()
             return False
-        out.push_back(logits[token] - log_sum_exp(logits, vocab))
+        lse = log_sum_exp(logits, vocab)
+        out.push_back(logits[token] - lse)
+        if tops != NULL:
+            tops.push_back(vector[pair[float, int]]())
+            most_likely(logits, vocab, lse, top, &scratch, &tops.back())
         if i + 1 < <int>targets.size():
             varp_reset(logits_var)
             one[0] = token

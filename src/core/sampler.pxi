@@ -37,6 +37,25 @@ def argmax_logits(const float[::1] logits) -> int:
     return token
 
 
+cdef void most_likely(const float* w, int n, double lse, int k, vector[pair[float, int]]* scratch,
+                      vector[pair[float, int]]* out) noexcept nogil:
+    """``out``: the ``k`` largest of the ``n`` logits ``w`` as (log-probability, token),
+    most likely first (``lse``: their log-sum-exp); ``scratch`` is reused between calls."""
+    cdef int i
+    out.clear()
+    if k <= 0:
+        return
+    if k > n:
+        k = n
+    scratch.resize(n)
+    for i in range(n):
+        scratch[0][i].first = -w[i]
+        scratch[0][i].second = i
+    partial_sort(scratch.begin(), scratch.begin() + k, scratch.end())
+    for i in range(k):
+        out.push_back(pair[float, int](<float>(-scratch[0][i].first - lse), scratch[0][i].second))
+
+
 cdef class _Sampler:
     """Per-generation sampler state. Not thread-safe; one per generation."""
     cdef SamplerParams p
@@ -119,24 +138,9 @@ cdef class _Sampler:
         return w
 
     cdef void record_logprobs(self, const float* w, int token) noexcept nogil:
-        cdef int i
-        cdef int n = self.vocab
-        cdef double lse = log_sum_exp(w, n)
+        cdef double lse = log_sum_exp(w, self.vocab)
         self.last_logprob = <float>(w[token] - lse)
-        self.last_top.clear()
-        cdef int k = self.p.top_logprobs
-        if k <= 0:
-            return
-        if k > n:
-            k = n
-        self.cand.resize(n)
-        for i in range(n):
-            self.cand[i].first = -w[i]
-            self.cand[i].second = i
-        partial_sort(self.cand.begin(), self.cand.begin() + k, self.cand.end())
-        for i in range(k):
-            self.last_top.push_back(pair[float, int](<float>(-self.cand[i].first - lse),
-                                                     self.cand[i].second))
+        most_likely(w, self.vocab, lse, self.p.top_logprobs, &self.cand, &self.last_top)
 
     cdef int sample(self, const float* logits) noexcept nogil:
         cdef const float* w = self.adjusted(logits)
