@@ -59,24 +59,41 @@ def check(path: str, status: int, body: Any, streamed: bool = False) -> list[str
 
 
 def _as_the_document_describes(path: str, body: Any, streamed: bool) -> Any:
-    """The two answers the document describes by another shape than the API sends them:
+    """The answers the document describes by another shape than the API sends them:
     - legacy completions streamed: the API sends CreateCompletionResponse chunks with
       ``finish_reason: null`` until the last (the document only has the non-streamed object,
       whose finish_reason is required);
+    - legacy completions with ``echo`` and ``logprobs``: the echoed prompt's first token has no
+      log-probability, and the API gave ``null`` there in ``token_logprobs`` and ``top_logprobs``
+      (lm-eval's ``local-completions`` reads from the context's length on for that reason,
+      lm_eval/models/openai_completions.py; the document types numbers only): that first entry
+      only is checked as a number;
     - embeddings with ``encoding_format: base64``: ``embedding`` is the base64 string of
       little-endian float32s (the document only types the float list).
     Each is checked as the object the document describes, the rest of it unchanged."""
     if not isinstance(body, dict):
         return body
-    if streamed and path == "/v1/completions":
-        choices = [dict(c, finish_reason=c.get("finish_reason") or "stop") if isinstance(c, dict) else c
-                   for c in body.get("choices", [])]
+    if path == "/v1/completions" and isinstance(body.get("choices"), list):
+        choices = [_first_logprob_filled(dict(c, finish_reason=c.get("finish_reason") or "stop") if streamed else c)
+                   if isinstance(c, dict) else c for c in body["choices"]]
         return {**body, "choices": choices}
     if path == "/v1/embeddings" and isinstance(body.get("data"), list):
         data = [dict(d, embedding=_floats(d["embedding"])) if isinstance(d, dict) and
                 isinstance(d.get("embedding"), str) else d for d in body["data"]]
         return {**body, "data": data}
     return body
+
+
+def _first_logprob_filled(choice: dict[str, Any]) -> dict[str, Any]:
+    logprobs = choice.get("logprobs")
+    if not isinstance(logprobs, dict) or not logprobs.get("token_logprobs"):
+        return choice
+    if logprobs["token_logprobs"][0] is not None:
+        return choice
+    filled = {**logprobs, "token_logprobs": [0.0, *logprobs["token_logprobs"][1:]]}
+    if logprobs.get("top_logprobs") and logprobs["top_logprobs"][0] is None:
+        filled["top_logprobs"] = [{}, *logprobs["top_logprobs"][1:]]
+    return {**choice, "logprobs": filled}
 
 
 def _floats(encoded: str) -> Any:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..runtime.generation import GenerationResult, TokenLogprob
+from ..runtime.generation import ScoreResult, TokenLogprob
 from .openai_chat import SAMPLING_FIELDS, Completion, bad, boolean_field, finite_logprob
 
 #: OpenAI's default for this route
@@ -16,6 +16,8 @@ DEFAULT_MAX_TOKENS = 16
 
 
 MAX_LEGACY_LOGPROBS = 5
+#: prompts one request may list (each is a choice; they run in turn, in the request's one queue slot)
+MAX_PROMPTS = 64
 
 
 UNSUPPORTED = ("suffix",)
@@ -23,25 +25,47 @@ UNSUPPORTED = ("suffix",)
 
 @dataclass
 class CompletionRequest:
-    prompt: str | list[int]
+    prompts: list[str | list[int]]
     sampling: dict[str, Any]
     stream: bool = False
     include_usage: bool = False
     echo: bool = False
+    #: ``max_tokens: 0`` with ``echo``: the prompt (and its log-probabilities) only, nothing generated
+    generate: bool = True
+
+    @property
+    def prompt_logprobs(self) -> int | None:
+        """How many alternatives each echoed prompt token gets, when its log-probabilities are asked for."""
+        return self.sampling.get("top_logprobs") if self.echo and self.sampling.get("logprobs") else None
+
+
+def _is_prompt(value: Any) -> bool:
+    """Non-empty text or a non-empty list of token ids."""
+    if isinstance(value, str):
+        return bool(value)
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+
+
+def _prompts(prompt: Any) -> list[str | list[int]]:
+    """``prompt`` as a list of prompts: text, token ids, or a list of either (OpenAI's four forms)."""
+    if _is_prompt(prompt):
+        return [prompt]
+    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+        if len(prompt) > MAX_PROMPTS:
+            raise bad("prompt", f"at most {MAX_PROMPTS} prompts per request ({len(prompt)} given)")
+        for index, item in enumerate(prompt):
+            if not _is_prompt(item):
+                raise bad("prompt", f"prompt[{index}] must be non-empty text or token ids")
+        return list(prompt)
+    raise bad("prompt", "'prompt' must be non-empty text, token ids, or a list of either")
 
 
 def parse_completion_request(body: Any) -> CompletionRequest:
     """Validate a legacy completions body (unknown fields are ignored)."""
     if not isinstance(body, Mapping):
         raise bad("body", "the request body must be a JSON object")
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]  # a batch of one
-    if isinstance(prompt, list):
-        if not prompt or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
-            raise bad("prompt", "'prompt' must be text, token ids, or a list of one of them (no batches)")
-    elif not isinstance(prompt, str) or not prompt:
-        raise bad("prompt", "'prompt' must be non-empty text or token ids")
+    prompts = _prompts(body.get("prompt"))
     for name in UNSUPPORTED:
         if body.get(name) not in (None, ""):
             raise bad(name, f"'{name}' is not supported")
@@ -49,11 +73,18 @@ def parse_completion_request(body: Any) -> CompletionRequest:
         if body.get(name) not in (None, 1):
             raise bad(name, f"only {name}=1 is supported")
     sampling: dict[str, Any] = {name: body[name] for name in SAMPLING_FIELDS if body.get(name) is not None}
+    echo = boolean_field(body, "echo")
+    generate = True
     max_tokens = body.get("max_tokens", DEFAULT_MAX_TOKENS)
     if max_tokens is not None:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
             raise bad("max_tokens", "'max_tokens' must be an integer (-1 for no limit)")
-        sampling["max_tokens"] = max_tokens
+        if max_tokens == 0:
+            if not echo:
+                raise bad("max_tokens", "'max_tokens': 0 leaves nothing to answer without 'echo'")
+            generate = False  # the prompt and its log-probabilities: scoring only
+        else:
+            sampling["max_tokens"] = max_tokens
     if body.get("stop") is not None:
         sampling["stop"] = body["stop"]
     logprobs = body.get("logprobs")
@@ -61,12 +92,10 @@ def parse_completion_request(body: Any) -> CompletionRequest:
         if isinstance(logprobs, bool) or not isinstance(logprobs, int) or not 0 <= logprobs <= MAX_LEGACY_LOGPROBS:
             raise bad("logprobs", f"'logprobs' must be an integer from 0 to {MAX_LEGACY_LOGPROBS}")
         sampling.update(logprobs=True, top_logprobs=logprobs)
-    echo = boolean_field(body, "echo")
-    if echo and logprobs is not None:
-        raise bad("echo", "'echo' with 'logprobs' is not supported (the prompt's log-probabilities are not computed)")
     if body.get("response_format") is not None:
         sampling["response_format"] = body["response_format"]
-    request = CompletionRequest(prompt=prompt, sampling=sampling, stream=boolean_field(body, "stream"), echo=echo)
+    request = CompletionRequest(prompts=prompts, sampling=sampling, stream=boolean_field(body, "stream"), echo=echo,
+                                generate=generate)
     options = body.get("stream_options")
     if options is not None:
         if not isinstance(options, Mapping):
@@ -80,13 +109,33 @@ def legacy_logprobs(entries: tuple[TokenLogprob, ...] | None, token_bytes, offse
     the most likely alternatives and each token's offset in the text."""
     if entries is None:
         return None
+    return _legacy([(e.token_id, e.logprob, e.top) for e in entries], token_bytes, offset)
+
+
+def echoed_logprobs(ids: list[int], scored: ScoreResult | None, token_bytes) -> dict[str, Any]:
+    """The echoed prompt's ``logprobs`` (its first token has none: ``null``, as OpenAI's legacy API gave), from
+    scoring ``ids[1:]`` after ``ids[:1]`` (``scored``; None for a one-token prompt)."""
+    rows: list[tuple[int, float | None, Any]] = [(ids[0], None, None)]
+    if scored is not None:
+        rows += list(zip(ids[1:], scored.logprobs, scored.top or [()] * len(scored.logprobs), strict=True))
+    return _legacy(rows, token_bytes, 0)
+
+
+def joined_logprobs(first: dict[str, Any] | None, then: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Two ``logprobs`` objects as one (the echoed prompt's, then the answer's)."""
+    if first is None or then is None:
+        return first or then
+    return {key: first[key] + then[key] for key in first}
+
+
+def _legacy(rows: list[tuple[int, float | None, Any]], token_bytes, offset: int) -> dict[str, Any]:
     out: dict[str, Any] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
-    for entry in entries:
-        text = token_bytes(entry.token_id).decode("utf-8", "replace")
+    for token, logprob, top in rows:
+        text = token_bytes(token).decode("utf-8", "replace")
         out["tokens"].append(text)
-        out["token_logprobs"].append(finite_logprob(entry.logprob))
-        out["top_logprobs"].append({token_bytes(t).decode("utf-8", "replace"): finite_logprob(lp)
-                                    for t, lp in entry.top})
+        out["token_logprobs"].append(None if logprob is None else finite_logprob(logprob))
+        out["top_logprobs"].append(None if top is None else {
+            token_bytes(t).decode("utf-8", "replace"): finite_logprob(lp) for t, lp in top})
         out["text_offset"].append(offset)
         offset += len(text)
     return out
@@ -98,12 +147,19 @@ class TextCompletion(Completion):
 
     id: str = field(default_factory=lambda: "cmpl-" + secrets.token_hex(12))
 
-    def envelope(self, text: str, finish_reason: str | None, logprobs: Any = None, **extra: Any) -> dict[str, Any]:
+    def envelope(self, text: str, finish_reason: str | None, logprobs: Any = None, index: int = 0,
+                 **extra: Any) -> dict[str, Any]:
+        return self.of_choices([choice(text, finish_reason, logprobs, index)], **extra)
+
+    def of_choices(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
-                "system_fingerprint": self.fingerprint,
-                "choices": [{"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish_reason}],
-                **extra}
+                "system_fingerprint": self.fingerprint, "choices": choices, **extra}
 
 
-def legacy_usage(result: GenerationResult) -> dict[str, Any]:
-    return {k: result.usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+def choice(text: str, finish_reason: str | None, logprobs: Any = None, index: int = 0) -> dict[str, Any]:
+    return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+def legacy_usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}

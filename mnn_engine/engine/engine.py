@@ -31,7 +31,7 @@ from ..errors import MnnEngineError, invalid
 from ..runtime.build import BACKENDS, backend_capabilities, require_backend
 from ..runtime.device import default_threads
 from ..runtime.embedding import EmbeddingResult, embedding_inputs
-from ..runtime.generation import GenerationResult
+from ..runtime.generation import GenerationResult, ScoreResult
 from ..runtime.llm import DEFAULT_DRAFT_TOKENS, Llm, check_quant_qkv, check_speculative
 from ..runtime.prompt import Prompt, chat_messages
 from ..runtime.streaming import astream_pieces, stream_pieces
@@ -411,7 +411,8 @@ class Engine:
         return ticket
 
     def _end_generation(self, ticket: object, llm: Llm, result: GenerationResult | None,
-                        error: BaseException | None, embedded: EmbeddingResult | None = None) -> None:
+                        error: BaseException | None, read: tuple[str, int] | None = None) -> None:
+        """``read``: work that generated nothing (an embedding, a score) ended as (state, tokens read)."""
         with self._state_lock:
             if self._generation_ticket is ticket:  # a later generation may have claimed the model already
                 self._generation_state = "idle"
@@ -424,9 +425,9 @@ class Engine:
         failed = result is not None and result.finish_reason == "error"
         state = "failed" if failed else (result.finish_reason if result is not None else "aborted")
         data: dict[str, Any] = {"model_id": model_id}
-        if embedded is not None:
-            state = "embedded"
-            data["usage"] = {"prompt_tokens": embedded.prompt_tokens, "total_tokens": embedded.prompt_tokens}
+        if read is not None:
+            state, tokens = read
+            data["usage"] = {"prompt_tokens": tokens, "total_tokens": tokens}
         if result is not None:
             data["usage"] = result.usage
             data["time_to_first_token_ms"] = result.time_to_first_token_ms
@@ -520,17 +521,41 @@ class Engine:
         llm = self._active_llm()
         llm.require_kind("embedding")
         items = embedding_inputs(inputs)
+
+        def run(claim: Any) -> EmbeddingResult:
+            return llm.embed(items, normalize=normalize, truncate=truncate, claim=claim)
+
+        return self._submit_claimed(llm, run, lambda result: ("embedded", result.prompt_tokens))
+
+    def submit_score(self, prompt: Prompt, continuation: Any, *, top_logprobs: int = 0) -> Future[ScoreResult]:
+        """Score a continuation on the generation thread (see ``Llm.score``); it
+        counts as the one running generation and ``cancel_generation`` stops it.
+        ``model_not_loaded``, ``busy`` and ``wrong_model_kind`` are raised here."""
+        llm = self._active_llm()
+        llm.require_kind("chat")
+
+        def run(claim: Any) -> ScoreResult:
+            return llm.score(prompt, continuation, top_logprobs=top_logprobs, claim=claim)
+
+        return self._submit_claimed(llm, run, lambda result: ("cancelled" if result.cancelled else "scored",
+                                                             result.prompt_tokens + len(result.token_ids)))
+
+    def _submit_claimed(self, llm: Llm, run: Callable[[Any], Any],
+                        ended: Callable[[Any], tuple[str, int]]) -> Future[Any]:
+        """``run(claim)`` on the generation thread with the model claimed, as the one running
+        generation; its end is the event ``generation`` in the state ``ended(result)`` gives, with the
+        tokens it read."""
         self._after_cancelled()
         claim = llm.claim()  # busy is raised here
         ticket = self._begin_generation()
 
-        def work() -> EmbeddingResult:
+        def work() -> Any:
             try:
-                result = llm.embed(items, normalize=normalize, truncate=truncate, claim=claim)
+                result = run(claim)
             except BaseException as exc:
                 self._end_generation(ticket, llm, None, exc)
                 raise
-            self._end_generation(ticket, llm, None, None, embedded=result)
+            self._end_generation(ticket, llm, None, None, read=ended(result))
             return result
 
         return self._on_generation_thread(work, ticket, llm, claim.release)

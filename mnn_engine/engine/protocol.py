@@ -9,7 +9,7 @@ from concurrent.futures import Future
 from typing import Any, Protocol
 
 from ..runtime.embedding import EmbeddingResult
-from ..runtime.generation import GenerationResult
+from ..runtime.generation import GenerationResult, ScoreResult
 from ..runtime.llm import Llm
 from ..store.layout import ModelInfo
 from ..store.models import ModelStore
@@ -42,6 +42,8 @@ class ServedEngine(Protocol):
 
     def submit_embed(self, inputs: Any, *, normalize: bool = True,
                      truncate: bool = False) -> Future[EmbeddingResult]: ...
+
+    def submit_score(self, prompt: Any, continuation: Any, *, top_logprobs: int = 0) -> Future[ScoreResult]: ...
 
     def cancel_generation(self) -> None: ...
 

@@ -105,9 +105,10 @@ class GenerationResult:
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
             "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
-            # OpenAI's names for predicted tokens kept and refused: here, speculative drafts
-            "completion_tokens_details": {"accepted_prediction_tokens": self.accepted_tokens,
-                                          "rejected_prediction_tokens": self.drafted_tokens - self.accepted_tokens},
+            # OpenAI's Predicted Outputs counts: no request's prediction is used here, so 0; the
+            # speculative drafts (this engine's own guesses) are counted under our own name
+            "completion_tokens_details": {"accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+            "speculative": {"drafted_tokens": self.drafted_tokens, "accepted_tokens": self.accepted_tokens},
         }
 
 
@@ -121,6 +122,8 @@ class ScoreResult:
     cancelled: bool = False
     #: with ``top_logprobs``: at each position, the most likely tokens as (token id, log-probability)
     top: tuple[tuple[tuple[int, float], ...], ...] = ()
+    #: tokens of the prompt the continuation followed
+    prompt_tokens: int = 0
 
     @property
     def total_logprob(self) -> float:

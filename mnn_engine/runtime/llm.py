@@ -221,6 +221,7 @@ class Llm:
         self._sampling_defaults: dict[str, Any] = {}
         self._template_context: dict[str, Any] = {}
         self._chat_template: str | None = None
+        self._template_tokens: dict[str, str | None] = {}
         self._max_token_bytes = 1
         self._exact_cuts = False
         self._embedding_wrap: tuple[str, str] | None = None
@@ -306,6 +307,7 @@ class Llm:
             jinja = config.get("jinja") if isinstance(config.get("jinja"), dict) else {}
             self._template_context = dict(jinja.get("context") or {})
             self._chat_template = jinja.get("chat_template")
+            self._template_tokens = {"bos_token": jinja.get("bos"), "eos_token": jinja.get("eos")}
             if core.embedding:
                 self._vocab_size = _embedding_rows(self.config_path, self.file_config)
                 self._embedding_wrap = template_wrap(self._chat_template)
@@ -474,6 +476,13 @@ class Llm:
             raise MnnEngineError("context_length_exceeded", f"the text has more than {limit} tokens",
                                  param="content")
         return ids
+
+    def tokenizer_info(self) -> dict[str, Any]:
+        """The tokenizer's special tokens and chat template, as the model's export records them
+        (``llm_config.json``'s ``jinja``: the Hugging Face tokenizer's ``bos_token`` and ``eos_token``;
+        None where it has none), and the context length."""
+        return {**{"bos_token": None, "eos_token": None}, **self._template_tokens,
+                "chat_template": self._chat_template, "model_max_length": self.context_limit}
 
     def detokenize_bytes(self, token_ids: Sequence[int]) -> bytes:
         """Raw bytes of the tokens (a token may hold part of a UTF-8 character)."""
@@ -784,14 +793,33 @@ class Llm:
             yield held.core
 
     # ------------------------------------------------------------------ scoring
-    def score(self, prompt: Prompt, continuation: str | Sequence[int], *, top_logprobs: int = 0) -> ScoreResult:
+    def score(self, prompt: Prompt, continuation: str | Sequence[int], *, top_logprobs: int = 0,
+              claim: ModelClaim | None = None) -> ScoreResult:
         """How likely the model finds ``continuation`` after ``prompt``: the
         log-probability of each continuation token given everything before it
         (teacher forcing, one forward per token; no sampling), and with
         ``top_logprobs`` (0..20) the most likely tokens at each position.
         ``prompt`` is text, token ids or chat messages; ``continuation`` text
         or token ids. ``cancel()`` stops it (``cancelled`` is then set and no
-        scores are returned). For evaluation, e.g. perplexity."""
+        scores are returned). For evaluation, e.g. perplexity. With ``claim``
+        (taken earlier with ``claim()``), that claim is used and given back."""
+        try:
+            prompt_ids, target_ids = self._score_inputs(prompt, continuation, top_logprobs)
+        except BaseException:
+            if claim is not None:
+                claim.release()
+            raise
+        with self._exclusive(claim) as core:
+            scored = core.score(prompt_ids, target_ids, top_logprobs)
+        if scored is None:
+            raise MnnEngineError("generation_failed", "MNN returned no float32 logits while scoring")
+        logprobs, tops = scored
+        return ScoreResult(tuple(target_ids), tuple(logprobs), cancelled=not logprobs,
+                           top=tuple(tuple(position) for position in tops) if top_logprobs else (),
+                           prompt_tokens=len(prompt_ids))
+
+    def _score_inputs(self, prompt: Prompt, continuation: str | Sequence[int],
+                      top_logprobs: int) -> tuple[list[int], list[int]]:
         self.require_kind("chat")
         if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or \
                 not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
@@ -809,13 +837,7 @@ class Llm:
             raise MnnEngineError("context_length_exceeded",
                                  f"prompt and continuation have {len(prompt_ids) + len(target_ids)} tokens; "
                                  f"the context holds {self._context_limit}", param="continuation")
-        with self._exclusive() as core:
-            scored = core.score(prompt_ids, target_ids, top_logprobs)
-        if scored is None:
-            raise MnnEngineError("generation_failed", "MNN returned no float32 logits while scoring")
-        logprobs, tops = scored
-        return ScoreResult(tuple(target_ids), tuple(logprobs), cancelled=not logprobs,
-                           top=tuple(tuple(position) for position in tops) if top_logprobs else ())
+        return prompt_ids, target_ids
 
     # ------------------------------------------------------------------ embeddings
     def require_kind(self, kind: str) -> None:

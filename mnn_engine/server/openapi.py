@@ -85,7 +85,7 @@ _CHAT_REQUEST = {
                                         "outputs are the same either way)"},
         "speculative": {"type": "string", "enum": ["ngram", "off"],
                         "description": "prompt-lookup speculative decoding (default: the server's --speculative); "
-                                       "usage.completion_tokens_details counts drafts kept and refused"},
+                                       "usage.speculative counts drafts made and kept"},
         "draft_tokens": {**_INTEGER, "minimum": 1, "maximum": 15},
         "tools": {"type": "array", "items": {"type": "object"}},
         "tool_choice": {"oneOf": [{"type": "string", "enum": ["auto", "none", "required"]}, {"type": "object"}]},
@@ -108,7 +108,9 @@ _COMPLETION_REQUEST = {
     "required": ["prompt"],
     "properties": {
         "model": {"type": "string", "description": "ignored: the active model answers"},
-        "prompt": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "integer", "minimum": 0}}]},
+        "prompt": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                             {"type": "array", "minItems": 1, "maxItems": 64, "items": {"oneOf": [
+                                 {"type": "string"}, {"type": "array", "items": {"type": "integer", "minimum": 0}}]}}]},
         "max_tokens": _INTEGER, "temperature": _NUMBER, "top_p": _NUMBER, "seed": _INTEGER,
         "stream": {"type": "boolean"},
         "logprobs": {"type": "integer", "minimum": 0, "maximum": 5}, "echo": {"type": "boolean"},
@@ -212,8 +214,10 @@ _GENERATION_ERRORS = (400, 401, 413, 415, 422, 429, 500, 503)
 #: Ollama's routes also answer 404 for a model they do not serve (as Ollama does), and need "model"
 _OLLAMA_ERRORS = (*_GENERATION_ERRORS, 404)
 _NDJSON = {"application/json": {"schema": {"type": "object"}}, "application/x-ndjson": {"schema": {"type": "string"}}}
-_TEXT = {"type": "object", "required": ["content"], "properties": {"content": {"type": "string"},
-                                                                     "with_pieces": {"type": "boolean"}}}
+#: llama-server's {"content"} or vLLM's {"prompt"}
+_TEXT = {"type": "object", "oneOf": [{"required": ["content"]}, {"required": ["prompt"]}], "properties": {
+    "content": {"type": "string"}, "prompt": {"type": "string"}, "with_pieces": {"type": "boolean"},
+    "add_special_tokens": {"type": "boolean"}}}
 
 
 def openapi_spec() -> dict[str, Any]:
@@ -273,7 +277,9 @@ def openapi_spec() -> dict[str, Any]:
                                         "text/event-stream": {"schema": {"type": "string"}}}),
             "/v1/embeddings": _post("embeddings of texts or token ids (a text-embedding model)", _EMBEDDING_REQUEST,
                                     _GENERATION_ERRORS),
-            "/tokenize": _post("token ids of a text (llama-server's shape)", _TEXT, (400, 401, 413, 415, 503)),
+            "/tokenize": _post("token ids of a text (llama-server's shape, or vLLM's with prompt)", _TEXT,
+                               (400, 401, 413, 415, 503)),
+            "/tokenizer_info": _get("the tokenizer's special tokens and chat template (vLLM's shape)"),
             "/detokenize": _post("the text of token ids", {"type": "object", "required": ["tokens"], "properties": {
                 "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}}}}, (400, 401, 413, 415, 503)),
             "/apply-template": _post("the prompt the chat template makes of messages", {

@@ -36,6 +36,8 @@ class GenerationQueue:
         self._places: dict[int, asyncio.Future[None]] = {}
         #: the request given the turn, until its generation starts (no one may slip in before it)
         self.holder: Any = None
+        #: requests that keep their turn across several generations (``keep_turn``)
+        self._keeping: set[int] = set()
         self.on_timeout = on_timeout
         self.loop = asyncio.get_running_loop()
         self._unsubscribe = models.events.subscribe(self._on_event)
@@ -49,9 +51,19 @@ class GenerationQueue:
         if event.kind == "generation":
             self.loop.call_soon_threadsafe(self._on_generation, event.state)
 
+    def keep_turn(self, owner: Any) -> None:
+        """``owner`` runs several generations (a list of prompts; a prompt scored, then answered): once
+        given the turn it keeps it across them, until ``release(owner)``; the others wait as for one
+        long generation."""
+        self._keeping.add(id(owner))
+
+    def _holder_keeps(self) -> bool:
+        return self.holder is not None and any(self._places.get(k) is self.holder for k in self._keeping)
+
     def _on_generation(self, state: str) -> None:
         if state == "running":
-            self.holder = None
+            if not self._holder_keeps():
+                self.holder = None
         else:
             self._wake()
 
@@ -71,6 +83,8 @@ class GenerationQueue:
         when the queue is off or full, or the wait passed the timeout."""
         if self.closed:
             raise MnnEngineError("server_stopping", "the server is stopping; no new requests")
+        if self._holder_keeps() and self._places.get(id(owner)) is self.holder:
+            return  # its next generation, in the turn it keeps
         if not self.waiters and self.holder is None and not self.models.generating:
             self.holder = self.loop.create_future()  # the turn is owner's until its generation starts
             self.holder.set_result(None)
@@ -99,6 +113,7 @@ class GenerationQueue:
         """``owner`` is done with the queue (its response finished or its client
         left): its place in the line, or the turn it was given and did not use
         for a generation, goes to the next."""
+        self._keeping.discard(id(owner))
         waiter = self._places.pop(id(owner), None)
         if waiter is not None and not waiter.done():
             waiter.cancel()

@@ -1,6 +1,9 @@
-"""llama-server's tokenizer routes: ``POST /tokenize``, ``/detokenize`` and
-``/apply-template``. The work runs on a worker thread (a long text takes a
-while to tokenize), never on the event loop. A body's ``model`` picks the
+"""The tokenizer routes: llama-server's ``POST /tokenize``, ``/detokenize`` and
+``/apply-template``, which also answer vLLM's shapes (``/tokenize`` with
+``prompt``, ``/detokenize``'s ``prompt``) with vLLM's ``GET /tokenizer_info``:
+what remote tokenizers (lm-eval's ``tokenizer_backend=remote``) call. The work
+runs on a worker thread (a long text takes a while to tokenize), never on the
+event loop. A body's ``model`` (``/tokenizer_info``: the query's) picks the
 model, as in llama-server's router mode (none: the server's default); it is
 loaded if need be."""
 
@@ -29,25 +32,32 @@ def _field(body: Any, name: str, kind: type, default: Any = None) -> Any:
 class TokenizeHandler(BodyHandler):
     """``{"content": "...", "with_pieces": false}`` -> ``{"tokens": [...]}``; with
     pieces, each token's text (or its bytes, when they are not whole UTF-8).
-    The content may have at most the model's context of tokens; the answer
-    is built as JSON text on a worker thread (5.9 MB of text with pieces
-    made 83 MiB of dicts on the IOLoop before)."""
+    vLLM's ``{"prompt": "...", "add_special_tokens": ...}`` -> ``{"count": n,
+    "max_model_len": context, "tokens": [...]}`` (MNN's tokenizers add no
+    special tokens of their own: the chat template writes them, so both values
+    of ``add_special_tokens`` give the same ids). The content may have at most
+    the model's context of tokens; the answer is built as JSON text on a worker
+    thread (5.9 MB of text with pieces made 83 MiB of dicts on the IOLoop
+    before)."""
 
     async def post(self) -> None:
         body = self.parse_body()
-        content = _field(body, "content", str)
+        vllm = isinstance(body, dict) and "prompt" in body and "content" not in body
+        content = _field(body, "prompt" if vllm else "content", str)
         with_pieces = _field(body, "with_pieces", bool, False)
+        _field(body, "add_special_tokens", bool, True)
         self.choose_model(body)
         async with self.leased() as engine:
-            await self._tokenize(engine.llm, content, with_pieces)
+            await self._tokenize(engine.llm, content, with_pieces, vllm)
 
-    async def _tokenize(self, llm: Any, content: str, with_pieces: bool) -> None:
+    async def _tokenize(self, llm: Any, content: str, with_pieces: bool, vllm: bool) -> None:
         llm.check_prompt(content)  # the quick bound: more bytes than the context can hold
 
         def work() -> bytes:
             ids = llm.tokenize(content, limit=llm.context_limit)
             if not with_pieces:
-                return b'{"tokens":' + jsonutil.dumps(ids) + b"}"
+                head = b'{"count":%d,"max_model_len":%d,' % (len(ids), llm.context_limit) if vllm else b"{"
+                return head + b'"tokens":' + jsonutil.dumps(ids) + b"}"
             pieces: dict[int, bytes] = {}  # each distinct token's JSON once
             for token in ids:
                 if token not in pieces:
@@ -63,7 +73,8 @@ class TokenizeHandler(BodyHandler):
 
 
 class DetokenizeHandler(BodyHandler):
-    """``{"tokens": [...]}`` -> ``{"content": "..."}``."""
+    """``{"tokens": [...]}`` -> ``{"content": "...", "prompt": "..."}`` (the text under llama-server's
+    name and vLLM's)."""
 
     async def post(self) -> None:
         body = self.parse_body()
@@ -75,7 +86,7 @@ class DetokenizeHandler(BodyHandler):
                 raise MnnEngineError("context_length_exceeded", f"{len(tokens)} tokens; at most the context's "
                                      f"{llm.context_limit} are detokenized at once", param="tokens")
             text = await asyncio.wrap_future(self.ctx.text_work.submit(llm.detokenize, tokens))
-        self.send_json({"content": text})
+        self.send_json({"content": text, "prompt": text})
 
 
 class ApplyTemplateHandler(BodyHandler):
@@ -100,7 +111,19 @@ class ApplyTemplateHandler(BodyHandler):
         self.send_json({"prompt": prompt})
 
 
+class TokenizerInfoHandler(BodyHandler):
+    """``GET /tokenizer_info[?model=...]`` (vLLM's): the tokenizer's ``eos_token``, ``bos_token``,
+    ``chat_template`` and ``model_max_length`` (``Llm.tokenizer_info``)."""
+
+    async def get(self) -> None:
+        self.choose_model({"model": self.get_query_argument("model", None)})
+        async with self.leased() as engine:
+            info = engine.llm.tokenizer_info()
+        self.send_json({"tokenizer_class": "MNN", **info})
+
+
 def routes(ctx: Any) -> list[tuple[str, type, dict[str, Any]]]:
     return [(r"/tokenize", TokenizeHandler, {"ctx": ctx}), (r"/detokenize", DetokenizeHandler, {"ctx": ctx}),
+            (r"/tokenizer_info", TokenizerInfoHandler, {"ctx": ctx}),
             (r"/apply-template", ApplyTemplateHandler, {"ctx": ctx})]
 

@@ -112,7 +112,9 @@ cdef cbool score_targets(Llm* llm, const vector[int]& prompt, const vector[int]&
             llm.reset()
             return False
         lse = log_sum_exp(logits, vocab)
-        out.push_back(logits[token] - lse)
+        # in float32, as the sampler records a generated token's: the same token at the same position has
+        # the same value either way, and equals its entry among the most likely when it is the top one
+        out.push_back(<float>(logits[token] - lse))
         if tops != NULL:
             tops.push_back(vector[pair[float, int]]())
             most_likely(logits, vocab, lse, top, &scratch, &tops.back())

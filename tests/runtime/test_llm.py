@@ -82,7 +82,9 @@ def test_result_stats(scripted, chat):
                             "total_tokens": result.prompt_tokens + 17,
                             "prompt_tokens_details": {"cached_tokens": 0},
                             "completion_tokens_details": {"accepted_prediction_tokens": 0,
-                                                          "rejected_prediction_tokens": 0}}
+                                                          "rejected_prediction_tokens": 0},
+                            "speculative": {"drafted_tokens": result.drafted_tokens,
+                                            "accepted_tokens": result.accepted_tokens}}
 
 
 # ---------------------------------------------------------------- determinism and seeds
