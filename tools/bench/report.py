@@ -398,6 +398,28 @@ def patch_cost_section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def quality_section(data: dict[str, Any]) -> list[str]:
+    lines = ["## Quality of the exports (`tools/bench/quality.py`)", "",
+             "SmolLM2-135M-Instruct. The reference is the checkpoint the test model is exported from (its Q4_1 "
+             "GGUF dequantised; transformers, float32), so llama.cpp on that GGUF computes the reference's own "
+             "weights and every MNN row re-quantises them: the table is what each export and runtime loses "
+             "from there. Perplexity and KL: one forward over a fixed text "
+             f"({data['text_tokens']} tokens, tools/bench/quality_data/text.txt), KL(reference || row) of the "
+             "next-token distribution averaged over positions; top-1: how often the likeliest next token is "
+             "the reference's. Tasks (lm-eval 0.4.13, written for this, no downloads): 40 multiple-choice "
+             "questions (acc / acc_norm) and 30 sums to generate (exact match); ours over the server "
+             "(`local-completions`), the reference through lm-eval's `hf` model, llama.cpp through its `gguf` "
+             "model against llama-cpp-python's server. Decode: 128 greedy tokens, 2 threads, speculation off.", "",
+             "| model, export | size MiB | decode tok/s | perplexity | mean KL (nats) | top-1 agreement | "
+             "facts acc / acc_norm | sums exact |", "|---|---|---|---|---|---|---|---|"]
+    for name, r in data["rows"].items():
+        speed = f"{r['decode_tps']:.0f}" if "decode_tps" in r else "-"
+        lines.append(f"| {name} | {r['size_mib']:.0f} | {speed} | {r['perplexity']:.2f} | {r['kl_mean']:.4f} | "
+                     f"{r['top1_agreement']:.3f} | {r['facts_acc']:.3f} / {r['facts_acc_norm']:.3f} | "
+                     f"{r['arithmetic_exact']:.3f} |")
+    return lines
+
+
 def prefill_chunk_section(data: dict[str, Any]) -> list[str]:
     lines = ["## Prefill chunk size (`tools/bench/prefill_chunk.py`)", "",
              f"A fresh {data['prompt']}-token prompt prefilled in chunks of each size (0: whole), a process per "
@@ -552,7 +574,7 @@ def main() -> None:
                 ("threads", threads_section), ("structured", structured_section),
                 ("speculative", speculative_section), ("patch_cost", patch_cost_section),
                 ("prefill_chunk", prefill_chunk_section), ("arm_memory", arm_memory_section),
-                ("agent_apis", agent_apis_section)]
+                ("agent_apis", agent_apis_section), ("quality", quality_section)]
     machine = None
     body: list[str] = []
     for name, render in sections:
