@@ -587,11 +587,14 @@ class BodyHandler(JsonHandler):
 
     def check_not_cancelled(self, result: GenerationResult) -> None:
         """A cancelled generation is never reported as a normal stop."""
-        if result.finish_reason != "cancelled":
-            return
+        if result.finish_reason == "cancelled":
+            raise self.cancelled_error()
+
+    def cancelled_error(self) -> MnnEngineError:
+        """What a request's generation (or scoring) that ended cancelled answers."""
         if self.ctx.stopping:
-            raise MnnEngineError("server_stopping", "the server stopped during the generation")
-        raise MnnEngineError("generation_cancelled", "the generation was cancelled on the server")
+            return MnnEngineError("server_stopping", "the server stopped during the generation")
+        return MnnEngineError("generation_cancelled", "the generation was cancelled on the server")
 
 
 class ChatCompletionsHandler(BodyHandler):

@@ -96,15 +96,10 @@ class CompletionsHandler(BodyHandler):
                 if self.closed:
                     return None
                 if scored.cancelled:
-                    raise self._cancelled()
+                    raise self.cancelled_error()
             logprobs = None if top is None else echoed_logprobs(ids, scored, llm.token_bytes)
         self._between_prompts()
         return _Echo(text, logprobs, len(ids))
-
-    def _cancelled(self) -> MnnEngineError:
-        if self.ctx.stopping:
-            return MnnEngineError("server_stopping", "the server stopped during the request")
-        return MnnEngineError("generation_cancelled", "the request was cancelled on the server")
 
     async def _whole(self, request: CompletionRequest, prompt: str | list[int]) -> _Answer | None:
         echo = await self.echo(request, prompt)

@@ -75,7 +75,8 @@ def export(name: str, hf: Path) -> Path:
     out = CACHE / "exports" / slug
     if (out / "READY").exists():
         return out
-    staging = Path(tempfile.mkdtemp(prefix=f".{slug}-", dir=CACHE))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{slug}-", dir=out.parent))
     print(f"exporting {name}...", file=sys.stderr, flush=True)
     subprocess.run([model_tools_python(), MODEL_TOOLS / "export_mnn.py", "--path", hf, "--export", "mnn",
                     "--dst_path", staging, *VARIANTS[name]], check=True, capture_output=True)
@@ -177,7 +178,8 @@ np.save(out + ".npy", torch.log_softmax(logits.double(), dim=-1).float().numpy()
 from lm_eval import simple_evaluate
 from lm_eval.tasks import TaskManager
 results = simple_evaluate(model="hf", model_args={"pretrained": hf, "dtype": "float32"}, tasks=sys.argv[5:],
-                          task_manager=TaskManager(include_path=sys.argv[4]), batch_size=1, log_samples=False)
+                          task_manager=TaskManager(include_path=sys.argv[4]), batch_size=1, log_samples=False,
+                          device="cpu")
 json.dump(results["results"], open(out + ".json", "w"))
 """
 
