@@ -14,14 +14,16 @@ cannot be downloaded here.
 For each: lm-eval (0.4.13) on two small tasks shipped in tools/bench/quality_data (40 multiple-choice
 questions, 30 sums to generate; written for this, no downloads) — ours over the server
 (``local-completions``, the remote tokenizer), the reference through lm-eval's ``hf`` model, llama.cpp
-through lm-eval's ``gguf`` model against llama-cpp-python's server; perplexity on a fixed text
+through lm-eval's model interface over llama-cpp-python in process (its server's echoed logprobs are
+one position off in 0.3.36: each token gets the log-probability of the *next* position's distribution,
+so lm-eval's ``gguf`` model scored 0.30 where the same weights score 0.85); perplexity on a fixed text
 (quality_data/text.txt, 534 words) and the mean KL divergence of each position's next-token
 distribution from the reference's (all logits of one forward over the text); the size on disk and
 greedy decode speed (2 threads, speculation off).
 
 Set-up (cached under ~/.cache/mnn-engine/quality): each export runs llmexport in the model tools'
 venv (about a minute each); the reference runs in its own venv (torch, transformers and lm-eval[hf]);
-llama.cpp is tools/bench/peers.py's build, with its server's dependencies added.
+llama.cpp is tools/bench/peers.py's build, with lm-eval added.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from common import REPO, machine, save, test_model  # tools/bench is on sys.path
@@ -51,6 +52,7 @@ VARIANTS = {
     "int4 block 128": ["--quant_bit", "4", "--quant_block", "128"],
     "int4 block 64 sym": ["--quant_bit", "4", "--quant_block", "64", "--sym"],
     "int4 block 64, lm_head int8": ["--quant_bit", "4", "--quant_block", "64", "--lm_quant_bit", "8"],
+    "int4 block 32, lm_head int8": ["--quant_bit", "4", "--quant_block", "32", "--lm_quant_bit", "8"],
     "int8 block 64": ["--quant_bit", "8", "--quant_block", "64"],
 }
 REFERENCE_PINS = ["torch==2.13.0", "transformers==5.24.0", "lm-eval[hf]==0.4.13", "numpy"]
@@ -183,15 +185,53 @@ results = simple_evaluate(model="hf", model_args={"pretrained": hf, "dtype": "fl
 json.dump(results["results"], open(out + ".json", "w"))
 """
 
-LLAMA_LOGITS = """
+LLAMA = """
 import json, sys
 import numpy as np
 from llama_cpp import Llama
-gguf, ids_file, out = sys.argv[1], sys.argv[2], sys.argv[3]
+from lm_eval import simple_evaluate
+from lm_eval.api.model import LM
+from lm_eval.tasks import TaskManager
+gguf, ids_file, out, tasks_dir, tasks = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 ids = json.load(open(ids_file))
 llm = Llama(gguf, n_ctx=2048, n_threads=2, logits_all=True, verbose=False)
 llm.eval(ids)
-np.save(out, np.array(llm.scores[:len(ids)], dtype=np.float32))
+np.save(out + ".npy", np.array(llm.scores[:len(ids)], dtype=np.float32))
+
+
+class LlamaCpp(LM):
+    # lm-eval's model interface over llama-cpp-python in this process: its server's echo logprobs are
+    # off by one position (0.3.36), which lm-eval's gguf model would read as they come
+    def loglikelihood(self, requests):
+        out = []
+        for context, continuation in (r.args for r in requests):
+            head = llm.tokenize(context.encode(), add_bos=False, special=True)
+            tail = llm.tokenize(continuation.encode(), add_bos=False, special=True)
+            llm.reset()
+            llm.eval(head + tail)
+            rows = np.array(llm.scores[len(head) - 1:len(head) + len(tail) - 1], dtype=np.float64)
+            rows = rows - rows.max(axis=1, keepdims=True)
+            rows = rows - np.log(np.exp(rows).sum(axis=1, keepdims=True))
+            chosen = rows[np.arange(len(tail)), tail]
+            out.append((float(chosen.sum()), bool((rows.argmax(axis=1) == np.array(tail)).all())))
+        return out
+
+    def loglikelihood_rolling(self, requests):
+        raise NotImplementedError
+
+    def generate_until(self, requests):
+        out = []
+        for context, kwargs in (r.args for r in requests):
+            llm.reset()
+            done = llm.create_completion(context, max_tokens=kwargs.get("max_gen_toks", 16), temperature=0,
+                                         stop=kwargs.get("until"))
+            out.append(done["choices"][0]["text"])
+        return out
+
+
+results = simple_evaluate(model=LlamaCpp(), tasks=tasks, task_manager=TaskManager(include_path=tasks_dir),
+                          log_samples=False)
+json.dump(results["results"], open(out + ".json", "w"))
 """
 
 
@@ -223,30 +263,13 @@ def measure_llama(gguf: Path, ids_file: Path, reference, ids: list[int]) -> dict
     from peers import ensure_llama_cpp
 
     python = ensure_llama_cpp("native")
-    # llama-cpp-python[server]'s own requirements, beside the build (reinstalling it would rebuild it)
-    subprocess.run([python, "-m", "pip", "install", "-q", "uvicorn>=0.22.0", "fastapi>=0.100.0", "PyYAML>=5.1",
-                    "pydantic-settings>=2.0.1", "sse-starlette>=1.6.1", "starlette-context>=0.3.6,<0.4"], check=True)
-    out = CACHE / "llama-logits.npy"
-    subprocess.run([python, "-c", LLAMA_LOGITS, gguf, ids_file, out], check=True)
-    row = compare(log_softmax(np.load(out)), reference, ids)
+    subprocess.run([python, "-m", "pip", "install", "-q", "lm-eval==0.4.13"], check=True)
+    out = CACHE / "llama"
+    env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
+    subprocess.run([python, "-c", LLAMA, gguf, ids_file, out, task_dir(), *TASKS], check=True, env=env)
+    row = compare(log_softmax(np.load(str(out) + ".npy")), reference, ids)
     row["size_mib"] = gguf.stat().st_size / 2**20
-    port = free_port()
-    server = subprocess.Popen([python, "-m", "llama_cpp.server", "--model", str(gguf), "--port", str(port),
-                               "--n_threads", "2", "--n_ctx", "2048", "--logits_all", "true"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError("llama_cpp.server did not start")
-            time.sleep(0.5)
-        row.update(lm_eval_results("gguf", {"base_url": f"http://127.0.0.1:{port}"}))
-    finally:
-        server.terminate()
-        server.wait(30)
+    row.update(accuracies(json.loads(Path(str(out) + ".json").read_text())))
     print(f"llama.cpp Q4_1: {row}", file=sys.stderr, flush=True)
     return row
 

@@ -408,8 +408,9 @@ def quality_section(data: dict[str, Any]) -> list[str]:
              "next-token distribution averaged over positions; top-1: how often the likeliest next token is "
              "the reference's. Tasks (lm-eval 0.4.13, written for this, no downloads): 40 multiple-choice "
              "questions (acc / acc_norm) and 30 sums to generate (exact match); ours over the server "
-             "(`local-completions`), the reference through lm-eval's `hf` model, llama.cpp through its `gguf` "
-             "model against llama-cpp-python's server. Decode: 128 greedy tokens, 2 threads, speculation off.", "",
+             "(`local-completions`), the reference through lm-eval's `hf` model, llama.cpp through lm-eval's "
+             "model interface over llama-cpp-python in process (its server's echoed log-probabilities are one "
+             "position off in 0.3.36). Decode: 128 greedy tokens, 2 threads, speculation off.", "",
              "| model, export | size MiB | decode tok/s | perplexity | mean KL (nats) | top-1 agreement | "
              "facts acc / acc_norm | sums exact |", "|---|---|---|---|---|---|---|---|"]
     for name, r in data["rows"].items():
