@@ -220,7 +220,9 @@ def smollm_q4_1() -> Path:
     return out
 
 
-MNN_VARIANTS = {"mnn": {}, "mnn kv-int8": {"quant_qkv": 1}}  # engine name -> LoadOptions fields
+# engine name -> LoadOptions fields; "mnn" drafts by default (lossless, where the engine's rows are batch-exact),
+# "mnn no-spec" decodes one token per forward as llama.cpp does: what an open-ended answer gets
+MNN_VARIANTS = {"mnn": {}, "mnn no-spec": {"speculative": "off"}, "mnn kv-int8": {"quant_qkv": 1}}
 LLAMA_VARIANTS = {  # engine name -> (build, Llama() keywords); type_k 8 is GGML_TYPE_Q8_0
     "llama.cpp Q4_0": ("native", {}), "llama.cpp Q4_0 kv-q8": ("native", {"type_k": 8}),
     "llama.cpp Q4_0 AVX2": ("avx2", {}), "llama.cpp Q4_1": ("native", {}),
@@ -256,10 +258,10 @@ def main() -> None:
     qwen_gguf = qwen_q4_0()
     qwen, smollm = test_model("qwen3-0.6b-shape"), test_model("smollm2-135m")
     pairs = {
-        "qwen3-0.6b-shape": {"mnn": qwen, "mnn kv-int8": qwen,
+        "qwen3-0.6b-shape": {"mnn": qwen, "mnn no-spec": qwen, "mnn kv-int8": qwen,
                              "llama.cpp Q4_0": qwen_gguf, "llama.cpp Q4_0 kv-q8": qwen_gguf,
                              "llama.cpp Q4_0 AVX2": qwen_gguf},
-        "smollm2-135m": {"mnn": smollm, "llama.cpp Q4_1": smollm_q4_1()},
+        "smollm2-135m": {"mnn": smollm, "mnn no-spec": smollm, "llama.cpp Q4_1": smollm_q4_1()},
     }
     if args.other_build:
         name, python = args.other_build
@@ -292,7 +294,8 @@ def main() -> None:
             for peer, ratio in ratios.items():
                 print(f"{'':<18} {threads} thr  {peer:<36} load {ratio['load_s']:.2f}x  "
                       f"prefill {ratio['prefill_tps']:.2f}x  decode {ratio['decode_tps']:.2f}x", flush=True)
-    features = {**{name: mnn_features(python) for name, python in MNN_PYTHONS.items() if "kv-int8" not in name},
+    features = {**{name: mnn_features(python) for name, python in MNN_PYTHONS.items()
+                   if "kv-int8" not in name and "no-spec" not in name},
                 **{f"llama.cpp ({build})": llama_features(build) for build in BUILDS}}
     print(f"saved {save('peers', {'machine': machine(), 'cpu_features': features, 'rows': rows})}")
 
