@@ -31,8 +31,8 @@ from .session import GenerationSession
 
 @dataclass
 class _Echo:
-    """The echoed prompt: its text, its log-probabilities (when asked for) and its token count (0: not
-    counted, the generation counts it)."""
+    """The echoed prompt: its text, its log-probabilities (when asked for) and its token count (0 without
+    ``echo``: the generation counts the prompt)."""
 
     text: str = ""
     logprobs: dict[str, Any] | None = None
