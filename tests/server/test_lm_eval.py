@@ -69,3 +69,26 @@ def test_lm_eval_runs_every_kind_of_task_against_the_server(scripted, tmp_path, 
     assert math.isfinite(results["mnn_capitals_ll"]["perplexity,none"])
     assert 0 <= results["mnn_capitals_ll"]["acc,none"] <= 1
     assert results["mnn_capitals_gen"]["exact_match,none"] == 0  # the scripted model says its one sentence
+
+
+@pytest.mark.slow
+def test_the_readmes_lm_eval_command_runs(scripted, tmp_path):
+    """The README's command line, as written, with the task swapped for a local one (arc_easy downloads)."""
+    import os
+    import re
+    import shlex
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    [line] = [line for block in re.findall(r"```bash\n(.*?)```", readme, re.S) for line in block.splitlines()
+              if line.startswith("lm_eval ")]
+    _tasks(tmp_path)
+    argv = [a.replace("http://localhost:8081", scripted.url).replace("qwen3-0-6b", "tiny-scripted")
+            .replace("arc_easy", "mnn_capitals_mc") for a in shlex.split(line)]
+    lm_eval = Path(sys.executable).with_name("lm_eval")
+    done = subprocess.run([str(lm_eval), *argv[1:], "--include_path", str(tmp_path)], capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "mnn_capitals_mc" in done.stdout and "acc" in done.stdout
