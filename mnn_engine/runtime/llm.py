@@ -90,8 +90,8 @@ def _rows_batch_independent(core: _mnn.LlmCore) -> bool:
     prompt, tail = ids[:4], ids[4:10]
     with captured_native_output():
         try:
-            alone = core.forward_rows(prompt, [[t] for t in tail])
-            return all(core.forward_rows(prompt, cuts) == alone
+            alone = _mnn.forward_rows(core, prompt, [[t] for t in tail])
+            return all(_mnn.forward_rows(core, prompt, cuts) == alone
                        for cuts in ([tail[:2], tail[2:]], [tail[:1], tail[1:4], tail[4:]], [tail]))
         except RuntimeError as exc:  # forward_rows: MNN returned no logits, or not a row per token
             log.info("batch-exactness check: %s", exc)
@@ -366,7 +366,7 @@ class Llm:
         loop. Empties the prompt cache."""
         ids = core.tokenize(_COST_PROBE_TEXT)
         with captured_native_output():
-            times = core.forward_costs(ids, list(range(1, draft_tokens + 2)), 3)
+            times = _mnn.forward_costs(core, ids, list(range(1, draft_tokens + 2)), 3)
         # A longer verification does all a shorter one does, and noise only adds time: so no length costs
         # more than the least measured for any longer one (which also keeps the costs non-decreasing).
         least = [min(times[i:]) for i in range(len(times))]
@@ -767,7 +767,7 @@ class Llm:
     def _inject_failure(self, after_tokens: int) -> None:
         """Test hook: the next generation fails inside the loop after this many tokens."""
         with self._using() as core:
-            core.inject_failure(after_tokens)
+            _mnn.inject_failure(core, after_tokens)
 
     def claim(self) -> ModelClaim:
         """Claim the model for one run (a generation, scoring or embedding):
@@ -921,7 +921,7 @@ class Llm:
         self.require_kind("chat")
         ids = self.checked_ids(token_ids, "token_ids")
         with self._exclusive() as core:
-            return core.mnn_response(ids, int(max_new_tokens))
+            return _mnn.mnn_response(core, ids, int(max_new_tokens))
 
     def __repr__(self) -> str:
         state = "loaded" if self.is_loaded else "not loaded"

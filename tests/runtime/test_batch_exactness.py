@@ -22,7 +22,7 @@ import random
 import pytest
 from support import MNN_BATCH_EXACT, MNN_PATCHED, test_model_dir
 
-from mnn_engine import Llm
+from mnn_engine import Llm, _mnn
 
 PROMPT = "The history of the sea is long and full of storms, ships, and sailors who told stories about monsters. "
 ROWS = 48
@@ -61,13 +61,13 @@ def _check(model: str, prompt_tokens: int, seed: int, **config: object) -> None:
         assert len(ids) >= prompt_tokens + ROWS
         prompt, tail = ids[:prompt_tokens], ids[prompt_tokens:prompt_tokens + ROWS]
         core = llm._core
-        alone = core.forward_rows(prompt, [[t] for t in tail])
+        alone = _mnn.forward_rows(core, prompt, [[t] for t in tail])
         assert len(alone) == ROWS * llm.vocab_size * 4
         assert llm.batch_exact or not MNN_BATCH_EXACT
         if not llm.batch_exact:
             pytest.skip("this MNN does not claim batch-independent rows (Llm.batch_exact is False)")
         for size, cuts in _partitions(random.Random(seed), ROWS):
-            batched = core.forward_rows(prompt, [tail[a:b] for a, b in cuts])
+            batched = _mnn.forward_rows(core, prompt, [tail[a:b] for a, b in cuts])
             bad = _differing_rows(alone, batched, ROWS)
             assert not bad, f"batch of {size} in {[b - a for a, b in cuts]}: rows {bad} differ from rows alone"
 
@@ -87,9 +87,9 @@ def test_prefill_sized_batches_give_the_rows_of_64_token_chunks(memory):
         assert llm.batch_exact or not MNN_BATCH_EXACT
         if not llm.batch_exact:
             pytest.skip("this MNN does not claim batch-independent rows (Llm.batch_exact is False)")
-        chunks = llm._core.forward_rows(prompt, [tail[i:i + 64] for i in range(0, n, 64)])
+        chunks = _mnn.forward_rows(llm._core, prompt, [tail[i:i + 64] for i in range(0, n, 64)])
         for size in (1, 96, 128, 200, 256, n):
-            got = llm._core.forward_rows(prompt, [tail[i:i + size] for i in range(0, n, size)])
+            got = _mnn.forward_rows(llm._core, prompt, [tail[i:i + size] for i in range(0, n, size)])
             assert not _differing_rows(chunks, got, n), f"batches of {size}"
 
 
@@ -111,17 +111,18 @@ def test_the_load_time_check_reports_an_unpatched_mnn():
         assert llm.speculative_default == "off"
 
 
-def test_a_model_without_a_row_per_token_is_not_batch_exact():
+def test_a_model_without_a_row_per_token_is_not_batch_exact(monkeypatch):
     """What forward_rows raises when MNN gives no logits or not a row per
-    token (its RuntimeError, src/core/llm_core.pxi) makes the check say False
+    token (its RuntimeError, src/core/measure.pxi) makes the check say False
     instead of failing the load."""
-    from mnn_engine.runtime.llm import _rows_batch_independent
+    from mnn_engine.runtime import llm as llm_module
 
-    class NoRows:
+    class Tokens:
         def tokenize(self, text):
             return list(range(12))
 
-        def forward_rows(self, prompt, batches):
-            raise RuntimeError("MNN returned 1 rows of logits for 6 tokens")
+    def no_rows(core, prompt, batches):
+        raise RuntimeError("MNN returned 1 rows of logits for 6 tokens")
 
-    assert _rows_batch_independent(NoRows()) is False
+    monkeypatch.setattr(llm_module._mnn, "forward_rows", no_rows)
+    assert llm_module._rows_batch_independent(Tokens()) is False

@@ -31,7 +31,7 @@ UNPATCHED = Path(os.environ.get("MNN_ENGINE_UNPATCHED_LIBMNN", REPO / "build" / 
 # batch shapes after a prompt, and a greedy answer's tokens and log-probabilities.
 WORKER = r"""
 import hashlib, json, sys
-from mnn_engine import Llm
+from mnn_engine import Llm, _mnn
 model, memory, switch = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 config = {} if switch is None else {"batch_independent_rows": switch}
 with Llm(model, thread_num=2, speculative="off", prompt_cache=False, use_mmap=False, memory=memory, **config) as llm:
@@ -40,7 +40,7 @@ with Llm(model, thread_num=2, speculative="off", prompt_cache=False, use_mmap=Fa
     rows = {}
     for name, cuts in {"alone": [[t] for t in tail], "pairs": [tail[i:i + 2] for i in range(0, 24, 2)],
                        "mixed": [tail[:1], tail[1:8], tail[8:9], tail[9:]], "whole": [tail]}.items():
-        rows[name] = hashlib.sha256(llm._core.forward_rows(prompt, cuts)).hexdigest()
+        rows[name] = hashlib.sha256(_mnn.forward_rows(llm._core, prompt, cuts)).hexdigest()
     answer = llm.generate("Once upon a time", temperature=0, max_tokens=12, logprobs=True)
     print(json.dumps({"rows": rows, "tokens": list(answer.token_ids),
                       "logprobs": [t.logprob for t in answer.logprobs], "batch_exact": llm.batch_exact}))

@@ -18,6 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from live_server import Live, server_fixture, sse_events
 
+from mnn_engine import _mnn
+
 tiny = server_fixture("tiny")
 
 
@@ -65,7 +67,7 @@ def test_prompt_logprobs_are_a_forward_done_by_hand(tiny):
     answer = _complete(tiny, prompt=ids, echo=True, logprobs=1, max_tokens=0)
     served = answer["choices"][0]["logprobs"]["token_logprobs"][1:]
     with llm.claim() as claim:
-        raw = claim.core.forward_rows([], [ids])  # the whole prompt in one batch: row i predicts token i + 1
+        raw = _mnn.forward_rows(claim.core, [], [ids])  # the prompt in one batch: row i predicts token i + 1
     vocab = len(raw) // 4 // len(ids)
     rows = [struct.unpack_from(f"{vocab}f", raw, i * vocab * 4) for i in range(len(ids) - 1)]
     by_hand = [_log_softmax_at(row, token) for row, token in zip(rows, ids[1:], strict=True)]

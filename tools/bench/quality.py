@@ -141,12 +141,12 @@ def accuracies(results: dict) -> dict[str, float]:
 def measure_mnn(name: str, path: Path, reference, ids: list[int]) -> dict:
     import numpy as np
 
-    from mnn_engine import Engine, Llm
+    from mnn_engine import Engine, Llm, _mnn
     from mnn_engine.store.models import ModelStore
 
     with Llm(str(path), thread_num=2, prompt_cache=False, speculative="off") as llm:
         with llm.claim() as claim:  # one forward over the text, every row of logits
-            raw = claim.core.forward_rows([], [ids])
+            raw = _mnn.forward_rows(claim.core, [], [ids])
         logits = np.frombuffer(raw, dtype=np.float32).reshape(len(ids), -1)
         row = compare(log_softmax(logits), reference, ids)
         prompt = llm.tokenize("The lighthouse keeper")
