@@ -30,7 +30,7 @@ from .generation import (
     ScoreResult,
     TokenCallback,
 )
-from .model_files import model_files, model_kind, resolve_config_path, validate_model_dir
+from .model_files import model_files, model_kind, quantization_problem, resolve_config_path, validate_model_dir
 from .native_output import captured_native_output
 from .prepared_cache import default_path_cache
 from .prompt import (
@@ -325,6 +325,9 @@ class Llm:
             self._run_load_checks(core, {**self.file_config, **overrides}, config.get("memory", "low") == "low")
             log.info("loaded %s (%s model, vocab %d, context %d)", self.config_path, self.kind, self._vocab_size,
                      self._context_limit)
+            problem = quantization_problem(self.model_dir, self.file_config)
+            if problem:
+                log.warning("%s", problem)
             return self
 
     def _run_load_checks(self, core: _mnn.LlmCore, mnn_config: dict[str, Any], low_memory: bool) -> None:

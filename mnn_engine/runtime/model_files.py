@@ -37,6 +37,43 @@ AUDIO_KEYS = {"audio_model": "audio.mnn"}
 
 
 
+#: what llmexport writes beside an export: the arguments it ran with
+EXPORT_ARGS_NAME = "export_args.json"
+
+
+def export_args(model_dir: Path) -> dict[str, Any]:
+    """The arguments llmexport exported the model with (``export_args.json``), or {} when it left none
+    (published exports usually do not carry it) or it is unreadable."""
+    try:
+        args = json.loads((model_dir / EXPORT_ARGS_NAME).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return {}
+    return args if isinstance(args, dict) else {}
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def quantization_problem(model_dir: Path, config: dict[str, Any]) -> str | None:
+    """Why an export's weight quantisation is known to go wrong, from llmexport's record, or None.
+
+    A quantisation block that does not divide the hidden size: llmexport 0.0.5 exports it without a word,
+    and the model loads and answers nonsense, differently from run to run (SmolLM2-135M, hidden 576, with
+    ``--quant_block 128``: perplexity 80,000-390,000 against 37 with blocks of 64; tools/bench/quality.py)."""
+    args = export_args(model_dir)
+    hidden = _int(config.get("hidden_size"))
+    if not hidden:
+        return None
+    for key in ("quant_block", "lm_quant_block"):
+        block = _int(args.get(key))
+        if block and hidden % block:
+            return (f"{model_dir.name} was exported with {key} {block}, which does not divide its hidden size "
+                    f"{hidden}: such exports answer nonsense (export it again with a block that divides "
+                    f"{hidden}, e.g. 32 or 64)")
+    return None
+
+
 def _bad(message: str, param: str) -> MnnEngineError:
     return MnnEngineError("invalid_model", message, param=param)
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import threading
 import time
@@ -47,7 +46,7 @@ from ..api.openai_chat import ChatRequest, MediaPolicy
 from ..errors import MnnEngineError, invalid
 from ..hub.sources import UrlPolicy
 from ..runtime.generation import GenerationResult
-from ..runtime.model_files import CONFIG_NAME, parameter_count, parameter_size, read_config
+from ..runtime.model_files import CONFIG_NAME, export_args, parameter_count, parameter_size, read_config
 from .app import BodyHandler, JsonHandler, error_body, model_capabilities
 from .session import GenerationSession
 
@@ -57,11 +56,8 @@ log = logging.getLogger("mnn_engine.server")
 def _quantization(model_dir: Path) -> str:
     """The weights' quantisation as llmexport recorded it (``export_args.json``:
     ``quant_bit``, ``quant_block``), e.g. ``Q4_B64``; "" when not recorded."""
-    try:
-        args = json.loads((model_dir / "export_args.json").read_text())
-    except (OSError, ValueError):
-        return ""
-    bits, block = (args.get("quant_bit"), args.get("quant_block")) if isinstance(args, dict) else (None, None)
+    args = export_args(model_dir)
+    bits, block = args.get("quant_bit"), args.get("quant_block")
     if not isinstance(bits, int) or isinstance(bits, bool):
         return ""
     return f"Q{bits}" + (f"_B{block}" if isinstance(block, int) and not isinstance(block, bool) and block else "")
