@@ -32,7 +32,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,14 +147,19 @@ class Lease:
 class ModelPool:
     """See the module's docstring. ``defaults``: load options for models
     loaded on demand (``serve``'s flags); each model's preset and its own
-    options (``models config``) go over them."""
+    options (``models config``) go over them. ``engine_factory(store,
+    events)`` makes the engine of each load (``Engine``; the scheduling suite
+    passes a fake that behaves as it does, as Ollama's scheduler takes its
+    ``newServerFn``)."""
 
     def __init__(self, store: ModelStore | None = None, *, defaults: Mapping[str, Any] | None = None,
                  max_loaded: int | None = None, keep_alive: float | None = DEFAULT_KEEP_ALIVE_S,
                  memory_budget: int | None = None, total_ram: int | None = None,
-                 engine: Engine | None = None) -> None:
+                 engine: Engine | None = None,
+                 engine_factory: Callable[[ModelStore, EventStream], Engine] | None = None) -> None:
         #: the one engine of a fixed pool (``fixed``), else None
         self._fixed = engine
+        self._engine_factory = engine_factory or (lambda store, events: Engine(store, events=events))
         self.store = engine.store if engine is not None else store if store is not None else ModelStore()
         self.switching = engine is None
         self.events = engine.events if engine is not None else EventStream()
@@ -344,7 +349,7 @@ class ModelPool:
         """Load ``slot`` (holding ``_load_lock``) and lease it."""
         self._size(slot)
         options = model_options(self.store, slot.model_id, defaults=self.defaults, overrides=overrides)
-        engine = Engine(ModelStore(self.store.root), events=self.events)
+        engine = self._engine_factory(ModelStore(self.store.root), self.events)
         with self._cond:
             slot.state = "loading"
             self._loading = {"model": slot.name, "started": time.time(), "progress": None}

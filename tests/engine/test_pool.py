@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support import SCRIPTED_TEXT, test_model_dir
 
-from mnn_engine import MnnEngineError, ModelPool, ModelStore
+from mnn_engine import MnnEngineError, ModelPool
 from mnn_engine.api.ollama import go_duration_seconds, keep_alive_field
 from mnn_engine.engine.pool import plan_memory
 
@@ -85,14 +85,6 @@ def test_serve_keep_alive_flag_takes_seconds_and_the_same_durations():
 
 
 # ---------------------------------------------------------------- on real engines
-@pytest.fixture
-def store(tmp_path):
-    store = ModelStore(tmp_path)
-    store.import_model(test_model_dir("tiny-scripted"), model_id="scripted")
-    store.import_model(test_model_dir("tiny"), model_id="tiny")
-    return store
-
-
 def test_the_memory_budget_evicts_even_below_max_loaded(store):
     size = store.get("scripted").size_bytes
     pool = ModelPool(store, defaults={"threads": 1}, max_loaded=3, keep_alive=None, memory_budget=size + 1)
