@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import ERROR_CODES, MnnEngineError, invalid
+from ..errors import ERROR_CODES, MnnEngineError, invalid, is_int
 from ..runtime.generation import GenerationResult
 from .openai_chat import ChatRequest, Delta, MediaPolicy, arguments_object, function_tool, parse_chat_request
 
@@ -211,7 +211,7 @@ def _thinking(thinking: Any, max_tokens: int) -> bool:
                                   "{\"type\": \"adaptive\"} or {\"type\": \"disabled\"}")
     if thinking["type"] == "enabled":
         budget = thinking.get("budget_tokens")
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1024 or budget >= max_tokens:
+        if not is_int(budget) or budget < 1024 or budget >= max_tokens:
             raise invalid("thinking", "thinking.budget_tokens must be an integer of at least 1024 and less than "
                                       "max_tokens")
     return thinking["type"] != "disabled"
@@ -235,7 +235,7 @@ def chat_body(body: Any, *, counting: bool = False) -> dict[str, Any]:
     if not isinstance(body, Mapping):
         raise invalid("body", "the request body must be a JSON object")
     max_tokens = body.get("max_tokens")
-    if not counting and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+    if not counting and (not is_int(max_tokens) or max_tokens < 1):
         raise invalid("max_tokens", "max_tokens is required: a positive integer")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:

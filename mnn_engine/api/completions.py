@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import is_int
 from ..runtime.generation import ScoreResult, TokenLogprob
 from .openai_chat import SAMPLING_FIELDS, Completion, bad, boolean_field, finite_logprob
 
@@ -44,7 +45,7 @@ def _is_prompt(value: Any) -> bool:
     if isinstance(value, str):
         return bool(value)
     return isinstance(value, list) and bool(value) and all(
-        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+        is_int(t) and t >= 0 for t in value)
 
 
 def _prompts(prompt: Any) -> list[str | list[int]]:
@@ -77,7 +78,7 @@ def parse_completion_request(body: Any) -> CompletionRequest:
     generate = True
     max_tokens = body.get("max_tokens", DEFAULT_MAX_TOKENS)
     if max_tokens is not None:
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+        if not is_int(max_tokens):
             raise bad("max_tokens", "'max_tokens' must be an integer (-1 for no limit)")
         if max_tokens == 0:
             if not echo:
@@ -89,7 +90,7 @@ def parse_completion_request(body: Any) -> CompletionRequest:
         sampling["stop"] = body["stop"]
     logprobs = body.get("logprobs")
     if logprobs is not None:
-        if isinstance(logprobs, bool) or not isinstance(logprobs, int) or not 0 <= logprobs <= MAX_LEGACY_LOGPROBS:
+        if not is_int(logprobs) or not 0 <= logprobs <= MAX_LEGACY_LOGPROBS:
             raise bad("logprobs", f"'logprobs' must be an integer from 0 to {MAX_LEGACY_LOGPROBS}")
         sampling.update(logprobs=True, top_logprobs=logprobs)
     if body.get("response_format") is not None:

@@ -9,13 +9,14 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import is_int
 from .openai_chat import bad
 
 
 def dimensions_field(body: Mapping[str, Any]) -> int | None:
     """The optional ``dimensions`` field (both dialects): a positive integer."""
     dimensions = body.get("dimensions")
-    if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int)
+    if dimensions is not None and (not is_int(dimensions)
                                    or dimensions < 1):
         raise bad("dimensions", "'dimensions' must be a positive integer")
     return dimensions

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import invalid
+from ..errors import invalid, is_number
 from ..runtime.generation import GenerationResult
 from .openai_chat import ChatRequest, MediaPolicy, arguments_object, finish_reason, parse_chat_request
 
@@ -75,7 +75,7 @@ def keep_alive_seconds(value: Any) -> float | None:
             seconds = go_duration_seconds(value)
         except ValueError as exc:
             raise invalid("keep_alive", f"{exc} (a duration such as \"5m\", or seconds)") from exc
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+    elif is_number(value):
         seconds = float(value)
     else:
         raise invalid("keep_alive", f"Unsupported type: '{type(value).__name__}'")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..errors import MnnEngineError
+from ..errors import MnnEngineError, is_int
 from ..runtime import media
 from ..runtime.generation import GenerationResult, TokenLogprob
 from ..runtime.image_decode import write_decoded_image
@@ -127,7 +127,7 @@ def _parse_options(body: Mapping[str, Any], request: ChatRequest) -> None:
             max_tokens = body[name]
             break
     if max_tokens is not None:
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+        if not is_int(max_tokens):
             raise bad("max_tokens", "'max_tokens' must be an integer (-1 for no limit)")
         request.sampling["max_tokens"] = max_tokens
     for name in SAMPLING_FIELDS:

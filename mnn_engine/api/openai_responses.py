@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import invalid
+from ..errors import invalid, is_number
 from ..runtime.generation import GenerationResult, TokenLogprob
 from .openai_chat import (
     ChatRequest,
@@ -206,7 +206,7 @@ def _options(body: Mapping[str, Any], out: dict[str, Any]) -> None:
     """Sampling, limits, tools and formats, as the chat route's fields."""
     for name, (low, high) in _BOUNDS.items():
         value = body.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+        if value is not None and (not is_number(value)
                                   or not low <= value <= high):
             raise invalid(name, f"'{name}' must be a number from {low:g} to {high:g}")
     if body.get("max_output_tokens") is not None:

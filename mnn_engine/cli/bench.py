@@ -19,7 +19,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from ..engine.engine import LoadOptions
-from ..errors import MnnEngineError, invalid
+from ..errors import MnnEngineError, invalid, is_int
 from ..runtime.build import require_backend
 from ..runtime.llm import Llm
 from ..store.models import ModelStore
@@ -63,7 +63,7 @@ def bench(model: str | os.PathLike[str], options: LoadOptions, *, prompt_len: in
           progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Load ``model`` with ``options`` and measure; returns a JSON-ready report."""
     for name, value, low in (("prompt_len", prompt_len, 1), ("gen", gen, 2), ("runs", runs, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        if not is_int(value) or value < low:
             raise invalid(name, f"must be an integer >= {low}")
     options = options.validate()
     require_backend(options.backend)

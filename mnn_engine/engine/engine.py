@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import MnnEngineError, invalid
+from ..errors import MnnEngineError, invalid, is_int
 from ..runtime.build import BACKENDS, backend_capabilities, require_backend
 from ..runtime.device import default_threads
 from ..runtime.embedding import EmbeddingResult, embedding_inputs
@@ -94,20 +94,19 @@ class LoadOptions:
             raise invalid("backend", f"must be one of {', '.join(BACKENDS)} (got {self.backend!r})")
         if self.precision not in PRECISIONS:
             raise invalid("precision", f"must be low or high (got {self.precision!r})")
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 1 <= self.threads <= MAX_THREADS:
+        if not is_int(self.threads) or not 1 <= self.threads <= MAX_THREADS:
             raise invalid("threads", f"must be an integer from 1 to {MAX_THREADS} (got {self.threads!r})")
         for name in ("use_mmap", "prompt_cache"):
             if not isinstance(getattr(self, name), bool):
                 raise invalid(name, "must be true or false")
-        if self.dynamic_option is not None and (isinstance(self.dynamic_option, bool)
+        if self.dynamic_option is not None and (not is_int(self.dynamic_option)
                                                 or self.dynamic_option not in range(9)):
             raise invalid("dynamic_option", f"must be an integer from 0 to 8 (got {self.dynamic_option!r})")
         check_quant_qkv(self.quant_qkv)
         check_speculative(self.speculative, self.draft_tokens)
         if self.memory is not None and self.memory not in MEMORY_MODES:
             raise invalid("memory", f"must be one of {', '.join(MEMORY_MODES)} (got {self.memory!r})")
-        if self.context_length is not None and (isinstance(self.context_length, bool)
-                                                or not isinstance(self.context_length, int)
+        if self.context_length is not None and (not is_int(self.context_length)
                                                 or not MIN_CONTEXT <= self.context_length <= 2**31 - 1):
             raise invalid("context_length", f"must be an integer of at least {MIN_CONTEXT} "
                                             f"(got {self.context_length!r})")

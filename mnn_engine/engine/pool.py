@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import MnnEngineError
+from ..errors import MnnEngineError, is_int, is_number
 from ..hub import catalog
 from ..runtime.llm import DEFAULT_CONTEXT
 from ..runtime.memory import give_back_memory, total_memory_bytes
@@ -95,7 +95,7 @@ def plan_memory(total_ram: int, model_sizes: list[int], max_loaded: int | None =
     budget = int(total_ram * MEMORY_SHARE) if total_ram else 0
     ram = f"{total_ram / 2**30:.1f} GiB of RAM" if total_ram else "RAM unknown"
     if max_loaded is not None:
-        if isinstance(max_loaded, bool) or not isinstance(max_loaded, int) or max_loaded < 1:
+        if not is_int(max_loaded) or max_loaded < 1:
             raise MnnEngineError("invalid_argument", f"max_loaded must be at least 1 (got {max_loaded!r})",
                                  param="max_loaded")
         return MemoryPlan(max_loaded, budget, f"--max-loaded {max_loaded} ({ram})", count)
@@ -521,7 +521,7 @@ class ModelPool:
             config = read_config(path / CONFIG_NAME)
             kind = model_kind(model_files(path / CONFIG_NAME, config)["llm_model"])
             context = config.get("max_all_tokens")
-            context = context if isinstance(context, int) and not isinstance(context, bool) and context > 1 \
+            context = context if is_int(context) and context > 1 \
                 else DEFAULT_CONTEXT
             slot.facts = ModelFacts(slot.name, slot.model_id, path, kind, bool(config.get("is_visual")), size,
                                     created, context, bool(config.get("is_audio")), config)
@@ -649,7 +649,7 @@ def check_keep_alive(seconds: Any) -> float | None:
     """A keep-alive in seconds (None: forever), or ``invalid_argument``."""
     if seconds is None:
         return None
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds != seconds:
+    if not is_number(seconds) or seconds != seconds:
         raise MnnEngineError("invalid_argument", f"keep_alive must be a number of seconds (got {seconds!r})",
                              param="keep_alive")
     return None if seconds < 0 or seconds == float("inf") else float(seconds)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import config, jsonutil
-from ..errors import MnnEngineError
+from ..errors import MnnEngineError, is_int
 from ..net import is_loopback_host
 from ..version import __version__
 
@@ -517,7 +517,7 @@ def parse_manifest(data: Any, url: str, policy: UrlPolicy = DEFAULT_POLICY) -> L
         size, sha256 = entry.get("size"), entry.get("sha256")
         if path in seen:
             raise MnnEngineError("invalid_manifest", f"{url}: {path} is listed twice", param="files")
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        if not is_int(size) or size < 0:
             raise MnnEngineError("invalid_manifest", f"{url}: {path}: size must be a whole number of bytes",
                                  param="files")
         if not isinstance(sha256, str) or not _SHA256.match(sha256):

@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import MnnEngineError, invalid
+from ..errors import MnnEngineError, invalid, is_int
 
 #: Most inputs one call takes (OpenAI's limit for /v1/embeddings).
 MAX_INPUTS = 2048
@@ -85,7 +85,7 @@ def embedding_inputs(value: object, param: str = "input") -> list[EmbeddingInput
 
 
 def _is_id(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return is_int(value)
 
 
 def vector_from(raw: bytes, normalize: bool) -> list[float]:

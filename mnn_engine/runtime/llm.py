@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import _mnn
-from ..errors import MnnEngineError, invalid
+from ..errors import MnnEngineError, invalid, is_int, is_number
 from . import load_checks, media, structured
 from .build import load_backend_library
 from .embedding import EmbeddingInput, EmbeddingResult, embedding_inputs, template_wrap, vector_from
@@ -109,7 +109,7 @@ def check_quant_qkv(value: Any) -> None:
     """Refuse MNN KV-cache quantisation modes that are broken in MNN 3.6.1
     (3 gives garbage text on real models, 4 corrupts the heap on Qwen3-shaped
     ones), wherever the setting comes from."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value not in range(3)):
+    if value is not None and (not is_int(value) or value not in range(3)):
         raise invalid("quant_qkv", f"must be 0, 1 or 2 (got {value!r}; MNN's modes 3 and 4 are broken in MNN 3.6.1)")
 
 
@@ -185,7 +185,7 @@ class Llm:
         check_quant_qkv({**self.file_config, **config_overrides}.get("quant_qkv"))
         for key in _INT_CONFIG_KEYS & config_overrides.keys():
             value = config_overrides[key]
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT32_MAX:
+            if not is_int(value) or not 1 <= value <= INT32_MAX:
                 raise invalid(key, f"must be an integer from 1 to {INT32_MAX} (got {value!r})")
         self.config_overrides = dict(config_overrides)
         #: Reuse the KV cache across generations by default (GenerationConfig.cache_prompt decides per call).
@@ -824,7 +824,7 @@ class Llm:
     def _score_inputs(self, prompt: Prompt, continuation: str | Sequence[int],
                       top_logprobs: int) -> tuple[list[int], list[int]]:
         self.require_kind("chat")
-        if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or \
+        if not is_int(top_logprobs) or \
                 not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
             raise invalid("top_logprobs", f"must be an integer in [0, {MAX_TOP_LOGPROBS}]")
         prompt_ids = self.prompt_ids(prompt)
@@ -950,7 +950,7 @@ def _sampler_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in _SAMPLER_DEFAULT_KEYS:
         value = config.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        if is_number(value) and math.isfinite(value):
             out[key] = value
     if config.get("sampler_type") == "greedy":
         out["temperature"] = 0.0

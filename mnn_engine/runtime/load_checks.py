@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..errors import is_number
 from .build import engine_identity
 from .prepared_cache import model_stamp
 
@@ -52,7 +53,7 @@ def read_checks(cache_dir: Path, key: str) -> dict[str, Any] | None:
     exact, costs = entry.get("batch_exact"), entry.get("verify_costs")
     if not isinstance(exact, bool) or not isinstance(costs, list):
         return None
-    if not all(isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0 for c in costs):
+    if not all(is_number(c) and c > 0 for c in costs):
         return None
     return {"batch_exact": exact, "verify_costs": [float(c) for c in costs]}
 

@@ -16,7 +16,7 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..errors import MnnEngineError
+from ..errors import MnnEngineError, is_int
 from .mnn_graph import GraphError, read_graph_file, read_output_names
 
 CONFIG_NAME = "config.json"
@@ -52,7 +52,7 @@ def export_args(model_dir: Path) -> dict[str, Any]:
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if is_int(value) else None
 
 
 def quantization_problem(model_dir: Path, config: dict[str, Any]) -> str | None:

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..errors import MnnEngineError, invalid
+from ..errors import MnnEngineError, invalid, is_int
 from .sampling import is_valid_unicode
 from .tokenizing import utf8_len
 
@@ -80,7 +80,7 @@ def checked_ids(token_ids: Sequence[int], vocab_size: int, param: str, hint: str
     ends the message for an id outside it."""
     ids = list(token_ids)
     for token in ids:
-        if isinstance(token, bool) or not isinstance(token, int):
+        if not is_int(token):
             raise invalid(param, f"token ids must be integers (got {token!r})")
         if not 0 <= token < (vocab_size or 2**31):
             raise invalid(param, f"token id {token} is outside the vocabulary (size {vocab_size}){hint}")

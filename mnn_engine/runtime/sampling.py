@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .. import _mnn
-from ..errors import invalid
+from ..errors import invalid, is_int, is_number
 
 MAX_STOP_STRINGS = 16
 MAX_TOP_LOGPROBS = 20
@@ -135,7 +135,7 @@ class GenerationConfig:
             raise invalid("logit_bias", "must be a mapping of token id to bias")
         for token, bias in self.logit_bias.items():
             _token_id("logit_bias", token)
-            if isinstance(bias, bool) or not isinstance(bias, (int, float)) or math.isnan(bias):
+            if not is_number(bias) or math.isnan(bias):
                 raise invalid("logit_bias", f"bias for token {token} must be a number")
             if bias != -math.inf and not -100 <= bias <= 100:
                 raise invalid("logit_bias", f"bias for token {token} must be in [-100, 100] or -inf")
@@ -220,7 +220,7 @@ def _bias_dict(bias: Any) -> Any:
 
 
 def _number(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_number(value) or not math.isfinite(value):
         raise invalid(name, f"must be a finite number (got {value!r})")
 
 
@@ -229,12 +229,12 @@ INT32_MAX = 2**31 - 1
 
 def _int(name: str, value: Any, limit: int = INT32_MAX) -> None:
     """An integer of at most ``limit`` in size (the native loop takes C ints)."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise invalid(name, f"must be an integer (got {value!r})")
     if abs(value) > limit:
         raise invalid(name, f"must be at most {limit} in size (got {value})")
 
 
 def _token_id(name: str, token: Any) -> None:
-    if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+    if not is_int(token) or token < 0:
         raise invalid(name, f"token ids must be non-negative integers (got {token!r})")

@@ -43,7 +43,7 @@ from ..api.ollama import (
     tagged,
 )
 from ..api.openai_chat import ChatRequest, MediaPolicy
-from ..errors import MnnEngineError, invalid
+from ..errors import MnnEngineError, invalid, is_int
 from ..hub.sources import UrlPolicy
 from ..runtime.generation import GenerationResult
 from ..runtime.model_files import CONFIG_NAME, export_args, parameter_count, parameter_size, read_config
@@ -58,9 +58,9 @@ def _quantization(model_dir: Path) -> str:
     ``quant_bit``, ``quant_block``), e.g. ``Q4_B64``; "" when not recorded."""
     args = export_args(model_dir)
     bits, block = args.get("quant_bit"), args.get("quant_block")
-    if not isinstance(bits, int) or isinstance(bits, bool):
+    if not is_int(bits):
         return ""
-    return f"Q{bits}" + (f"_B{block}" if isinstance(block, int) and not isinstance(block, bool) and block else "")
+    return f"Q{bits}" + (f"_B{block}" if is_int(block) and block else "")
 
 
 @lru_cache(maxsize=64)

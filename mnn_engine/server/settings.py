@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import MnnEngineError
+from ..errors import MnnEngineError, is_int, is_number
 from ..net import is_loopback_host
 
 DEFAULT_HOST = "127.0.0.1"
@@ -60,20 +60,20 @@ class ServerSettings:
     def validated(self) -> ServerSettings:
         """These settings, or ``invalid_argument`` naming the wrong one."""
         port = self.port
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        if not is_int(port) or not 0 <= port <= 65535:
             raise MnnEngineError("invalid_argument", f"port must be from 1 to 65535 (got {port!r})", param="port")
         if self.api_key is not None and not self.api_key.strip():
             raise MnnEngineError("invalid_argument", "the API key is empty (None serves without authentication)",
                                  param="api_key")
         size = self.max_body_bytes
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        if not is_int(size) or size < 1:
             raise MnnEngineError("invalid_argument", f"max_body_bytes must be a positive integer (got {size!r})",
                                  param="max_body_bytes")
-        if isinstance(self.queue, bool) or not isinstance(self.queue, int) or self.queue < 0:
+        if not is_int(self.queue) or self.queue < 0:
             raise MnnEngineError("invalid_argument", f"queue must be a whole number >= 0 (got {self.queue!r})",
                                  param="queue")
         timeout = self.queue_timeout
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        if not is_number(timeout) or not timeout > 0:
             raise MnnEngineError("invalid_argument", f"queue_timeout must be > 0 seconds (got {timeout!r})",
                                  param="queue_timeout")
         if not all(isinstance(v, str) for v in (*self.cors_origins, *self.allow_pull_urls)):
