@@ -39,6 +39,11 @@ class CompletionRequest:
         """How many alternatives each echoed prompt token gets, when its log-probabilities are asked for."""
         return self.sampling.get("top_logprobs") if self.echo and self.sampling.get("logprobs") else None
 
+    def reads_prompt(self, prompt: str | list[int]) -> bool:
+        """Whether echoing ``prompt`` needs the model before its answer: for its log-probabilities, its
+        token count (scoring only: no generation counts it) or the text of token ids."""
+        return self.echo and (self.prompt_logprobs is not None or not self.generate or not isinstance(prompt, str))
+
 
 def _is_prompt(value: Any) -> bool:
     """Non-empty text or a non-empty list of token ids."""

@@ -221,7 +221,7 @@ class Llm:
         self._sampling_defaults: dict[str, Any] = {}
         self._template_context: dict[str, Any] = {}
         self._chat_template: str | None = None
-        self._template_tokens: dict[str, str | None] = {}
+        self._template_tokens: dict[str, str | None] = {"bos_token": None, "eos_token": None}
         self._max_token_bytes = 1
         self._exact_cuts = False
         self._embedding_wrap: tuple[str, str] | None = None
@@ -484,8 +484,8 @@ class Llm:
         """The tokenizer's special tokens and chat template, as the model's export records them
         (``llm_config.json``'s ``jinja``: the Hugging Face tokenizer's ``bos_token`` and ``eos_token``;
         None where it has none), and the context length."""
-        return {**{"bos_token": None, "eos_token": None}, **self._template_tokens,
-                "chat_template": self._chat_template, "model_max_length": self.context_limit}
+        return {**self._template_tokens, "chat_template": self._chat_template,
+                "model_max_length": self.context_limit}
 
     def detokenize_bytes(self, token_ids: Sequence[int]) -> bytes:
         """Raw bytes of the tokens (a token may hold part of a UTF-8 character)."""

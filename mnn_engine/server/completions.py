@@ -31,8 +31,8 @@ from .session import GenerationSession
 
 @dataclass
 class _Echo:
-    """The echoed prompt: its text, its log-probabilities (when asked for) and its token count (0 without
-    ``echo``: the generation counts the prompt)."""
+    """The echoed prompt: its text, its log-probabilities (when asked for) and its token count (0 where the
+    generation counts the prompt)."""
 
     text: str = ""
     logprobs: dict[str, Any] | None = None
@@ -56,7 +56,8 @@ class CompletionsHandler(BodyHandler):
         model = self.choose_model(body)
         request = parse_completion_request(body)
         completion = TextCompletion(model=model, fingerprint=self.ctx.fingerprint)
-        if (len(request.prompts) > 1 or request.echo) and self.ctx.queue is not None:
+        several = len(request.prompts) > 1 or any(request.reads_prompt(p) for p in request.prompts)
+        if several and self.ctx.queue is not None:
             # a list of prompts, or a prompt read (and scored) before its answer, is one queue slot
             self.ctx.queue.keep_turn(self)
         if request.stream:
@@ -80,9 +81,12 @@ class CompletionsHandler(BodyHandler):
 
     async def echo(self, request: CompletionRequest, prompt: str | list[int]) -> _Echo | None:
         """The prompt to echo (nothing without ``echo``), scored when its log-probabilities are asked for
-        (None: the client left). It takes the request's turn (kept for the answer) to reach the model."""
+        (None: the client left). Where it needs the model (``reads_prompt``) it takes the request's turn,
+        kept for the answer; text echoed as it is needs nothing."""
         if not request.echo:
             return _Echo()
+        if not request.reads_prompt(prompt):
+            return _Echo(prompt)  # text, answered after it: the generation counts its tokens
         top = request.prompt_logprobs
         async with self.generation_turn() as engine:
             llm = engine.llm

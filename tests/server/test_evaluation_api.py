@@ -86,6 +86,11 @@ def test_echo_with_logprobs_then_the_answer(tiny):
     assert both["text_offset"][prompt_tokens] == len("Hello there") and both["text_offset"] == sorted(
         both["text_offset"])
     assert echoed["usage"] == plain["usage"]
+    ids = tiny.engine.llm.tokenize("Hello there")  # token ids are echoed as their text
+    by_ids = _complete(tiny, prompt=ids, max_tokens=5, logprobs=2, ignore_eos=True, echo=True)
+    assert by_ids["choices"][0]["text"] == echoed["choices"][0]["text"] and by_ids["usage"] == plain["usage"]
+    text_only = _complete(tiny, prompt="Hello there", max_tokens=5, ignore_eos=True, echo=True)
+    assert text_only["choices"][0]["text"] == echoed["choices"][0]["text"] and text_only["usage"] == plain["usage"]
 
 
 def test_lists_of_prompts_are_choices_in_order(tiny):
@@ -134,8 +139,9 @@ def test_vllms_tokenizer_routes(tiny):
     info = json.loads(raw)
     assert status == 200 and info == {"tokenizer_class": "MNN", **llm.tokenizer_info()}
     assert "eos_token" in info and info["model_max_length"] == llm.context_limit
-    if info["eos_token"] is not None:  # lm-eval's eos_token_id: the first id of the eos token's text
-        assert len(llm.tokenize(info["eos_token"])) == 1
+    assert info["eos_token"] == "<|im_end|>"  # the export's (llm_config.json's jinja)
+    [eos] = llm.tokenize(info["eos_token"])  # lm-eval's eos_token_id: the first id of its text
+    assert llm._core.is_stop(eos)
     status, tokenized = _post(tiny, "/tokenize", {"prompt": "Hello world", "add_special_tokens": False})
     ids = llm.tokenize("Hello world")
     assert status == 200 and tokenized == {"count": len(ids), "max_model_len": llm.context_limit, "tokens": ids}

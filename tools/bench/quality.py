@@ -29,6 +29,7 @@ llama.cpp is tools/bench/peers.py's build, with lm-eval added.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -236,7 +237,8 @@ json.dump(results["results"], open(out + ".json", "w"))
 
 
 def venv_python(name: str, pins: list[str]) -> Path:
-    venv = CACHE / name
+    """A venv holding ``pins``, made once per set of pins (another set makes another venv)."""
+    venv = CACHE / f"{name}-{hashlib.sha256(' '.join(pins).encode()).hexdigest()[:8]}"
     python = venv / "bin" / "python"
     if not (venv / "READY").exists():
         print(f"making the {name} venv...", file=sys.stderr, flush=True)
