@@ -152,6 +152,8 @@ class _ItemStream:
         self.done.append(finished)
 
     def _attach_logprobs(self, outcome: Outcome) -> None:
+        if outcome.result.logprobs is None:
+            return  # not asked for: every message keeps its empty list
         done = [i for i in self.done if i["type"] == "message"]
         texts = [i["content"][0]["text"] for i in done]
         is_open = self.item is not None and self.item["type"] == "message"
