@@ -16,8 +16,10 @@ Steps, each checked:
  1. dpkg -i the older python-mnn-engine with mnn; its postinst pip-installs
     the runtime deps; the engine imports and generates (PROBE_SCRIPT) without
     the backend subpackages, then with them;
- 2. the user edits the conffile; runsv starts the service (down until sv up),
-    which answers a chat completion and logs through svlogger;
+ 2. the user edits the conffile; termux-services' service-daemon starts
+    runsvdir over PREFIX/var/service from a Termux shell's environment (HOME
+    the Termux home, not the builder's): the service stays down until sv up,
+    then runs with that HOME, answers a chat completion and logs through svlogger;
  3. dpkg -i the newer python-mnn-engine over it (--force-confold): the user's
     conffile is kept, the new one is beside it as .dpkg-dist, the service
     restarted on the new code answers again;
@@ -28,6 +30,7 @@ Prints one JSON object; "problems" lists every expectation that did not hold.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -59,9 +62,14 @@ class Device:
         self.admindir = f"{prefix}/var/lib/dpkg"
         self.problems: list[str] = []
         self.report: dict[str, object] = {}
-        self.env = {"PATH": f"{prefix}/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "QEMU_CPU": "max",
+        #: the Termux home ($TERMUX_ANDROID_HOME: the prefix's sibling)
+        self.home = str(Path(prefix).parent / "home")
+        # what a Termux shell has (the app sets HOME, PREFIX, TMPDIR, LANG), where every
+        # step runs and termux-services' service-daemon is started from
+        self.env = {"PATH": f"{prefix}/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": self.home, "PREFIX": prefix,
+                    "TMPDIR": f"{prefix}/tmp", "LANG": "en_US.UTF-8", "QEMU_CPU": "max",
                     "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CERT": "/etc/ssl/certs/host-ca-certificates.crt"}
-        self.runsv: subprocess.Popen[bytes] | None = None
+        self.services_started = False
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(args, capture_output=True, text=True, env=self.env)
@@ -123,7 +131,7 @@ class Device:
         self.run("dpkg-deb", "--root-owner-group", "--build", str(stand_in), "/tmp/termux-base-stand-in.deb")
         self.dpkg("-i", "/tmp/termux-base-stand-in.deb")
         Path(self.prefix, "tmp").mkdir(exist_ok=True)
-        Path(self.prefix).parent.joinpath("home").mkdir(exist_ok=True)  # $TERMUX_ANDROID_HOME
+        Path(self.home).mkdir(exist_ok=True)
 
     def probe(self, packages: list[str]) -> dict[str, object]:
         result = self.run(f"{self.prefix}/bin/python", self.probe_script, self.prefix, self.model, *packages,
@@ -143,20 +151,43 @@ class Device:
     def sv(self, command: str) -> str:
         return self.run("sv", command, self.service_dir(), check=False).stdout.strip()
 
-    def start_runsv(self) -> None:
-        self.runsv = subprocess.Popen(["runsv", self.service_dir()], env=self.env, start_new_session=True,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(3)
+    # termux-services' service-daemon (termux/termux-services), started by its
+    # profile.d script from a Termux shell: runsvdir over $SVDIR, in the background
+    # through start-stop-daemon with a pid file; stopped with SIGHUP, then the
+    # supervisors it leaves are killed and their state removed
+    def service_daemon_pidfile(self) -> str:
+        return f"{self.prefix}/var/run/service-daemon.pid"
 
-    def stop_runsv(self) -> None:
-        if self.runsv is not None:
-            self.sv("down")
-            self.sv("exit")
-            try:
-                self.runsv.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.runsv.pid, signal.SIGKILL)
-            self.runsv = None
+    def start_services(self) -> None:
+        Path(self.service_daemon_pidfile()).parent.mkdir(parents=True, exist_ok=True)
+        env = dict(self.env, SVDIR=f"{self.prefix}/var/service", LOGDIR=f"{self.prefix}/var/log")
+        subprocess.run(["start-stop-daemon", "-S", "-b", "-m", "-p", self.service_daemon_pidfile(),
+                        "-x", shutil.which("runsvdir") or "runsvdir", "-d", self.prefix, "--", env["SVDIR"]],
+                       env=env, check=True, capture_output=True)
+        self.services_started = True
+        time.sleep(5)
+
+    def stop_services(self) -> None:
+        if not self.services_started:
+            return
+        self.sv("down")
+        self.run("start-stop-daemon", "-K", "-s", "1", "-o", "-p", self.service_daemon_pidfile(), check=False)
+        time.sleep(3)
+        for supervise in Path(self.prefix, "var/service").glob("*/supervise"):
+            for directory in (supervise, supervise.parent / "log" / "supervise"):
+                with contextlib.suppress(OSError, ValueError):
+                    os.kill(int((directory / "pid").read_text()), signal.SIGKILL)
+        self.services_started = False
+
+    def service_environment(self) -> dict[str, str]:
+        """The running service's environment (under qemu-user, the emulated process's own)."""
+        status = self.sv("status")  # "run: DIR: (pid N) Ns; ..."
+        try:
+            pid = int(status.split("(pid ", 1)[1].split(")", 1)[0])
+            raw = Path(f"/proc/{pid}/environ").read_bytes()
+        except (IndexError, ValueError, OSError):
+            return {}
+        return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
 
     def chat(self, port: int, version: str) -> dict[str, object]:
         """A greedy chat completion, once the service of ``version`` has its model loaded."""
@@ -208,12 +239,12 @@ class Device:
         self.dpkg("-i", self.deb("mnn-backend-opencl"), self.deb("mnn-backend-vulkan"))
         self.report["probe_with_backends"] = self.probe(["mnn", "mnn-backend-opencl", "mnn-backend-vulkan", ENGINE])
 
-        # 2. the user's settings, the service under runsv
+        # 2. the user's settings, the service under termux-services' runsvdir
         env_file = Path(self.prefix, "etc/mnn-engine/serve.env")
         edited = env_file.read_text().replace("MNN_ENGINE_MODEL=\n", f"MNN_ENGINE_MODEL={self.model}\n")
         edited = edited.replace("MNN_ENGINE_PORT=8081", f"MNN_ENGINE_PORT={PORT}")
         env_file.write_text(edited)
-        self.start_runsv()
+        self.start_services()
         self.report["sv_status_down"] = self.sv("status")
         self.expect(self.sv("status").startswith("down"), f"the service ran before sv up: {self.sv('status')}")
         self.sv("up")
@@ -223,6 +254,12 @@ class Device:
         log = Path(self.prefix, "var/log/sv", SERVICE, "current")
         self.expect(log.is_file() and str(PORT) in log.read_text(errors="replace"),
                     "svlogger's log has no line of the service's")
+        environment = self.service_environment()
+        self.report["service_home"] = environment.get("HOME")
+        self.report["home_after_service"] = sorted(str(p.relative_to(self.home)) for p in Path(self.home).rglob("*")
+                                                   if p.is_dir())[:20]
+        self.expect(environment.get("HOME") == self.home, f"the service's HOME is {environment.get('HOME')!r}, "
+                    f"not the Termux home {self.home}")
 
         # 3. upgrade over it
         upgrade = self.dpkg("-i", "--force-confold", self.deb(ENGINE, new))
@@ -236,7 +273,7 @@ class Device:
         self.report["service_new"] = served
         self.expect(SCRIPTED_ANSWER in str(served.get("answer")), f"the service ({new}) did not answer: {served}")
         self.expect(served.get("version") == new, f"the restarted service runs {served.get('version')}, not {new}")
-        self.stop_runsv()
+        self.stop_services()
 
         # 4. removal: the conffiles stay until the purge
         packages = ["mnn-backend-opencl", "mnn-backend-vulkan", ENGINE, "mnn"]
@@ -271,10 +308,12 @@ class Device:
 
     def owned_elsewhere(self, path: str) -> bool:
         """What dpkg rightly leaves: what pip installed for the postinst, the service's logs and
-        runsv's state (supervise/: runit writes it beside the run script, no package owns it)."""
+        runsv's state (supervise/: runit writes it beside the run script, no package owns it) and
+        service-daemon's pid file."""
         site = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages/"
         service = f"var/service/{SERVICE}/"
-        return path.startswith((f"var/log/sv/{SERVICE}/", f"{service}supervise/", f"{service}log/supervise/")) or (
+        return path.startswith((f"var/log/sv/{SERVICE}/", f"{service}supervise/", f"{service}log/supervise/",
+                                "var/run/service-daemon.pid")) or (
             path.startswith(site) and not path.startswith((f"{site}mnn_engine/", f"{site}mnn_engine-")))
 
 
@@ -285,7 +324,7 @@ def main() -> None:
     except Exception as exc:  # the report says where it stopped
         device.problems.append(f"stopped: {exc}")
     finally:
-        device.stop_runsv()
+        device.stop_services()
     device.report["problems"] = device.problems
     print(json.dumps(device.report))
 

@@ -6,22 +6,29 @@
 # Usage (as root, from a checkout): tools/termux/replay.sh
 #
 # What is the same as on Termux's builder: the recipes' own variables and step
-# functions; termux-packages' cmake and meson invocations for its bionic
-# (Android) flavour, with CMake's Android platform (CMAKE_SYSTEM_NAME=Android
-# and a standalone toolchain, so MNN takes its Android branches) and a meson
-# cross file for system 'android', and its compiler and linker flags (-Oz,
-# --as-needed, RUNPATH $PREFIX/lib ...); crossenv as the cross Python;
-# $TERMUX_PREFIX at /data/data/com.termux/files/usr (a bind mount in a private
-# mount namespace); the service directory, subpackages, control files,
-# maintainer scripts and .debs as termux-packages writes them
-# (tools/termux/package_steps.sh).
+# functions, in build-package.sh's order; termux-packages' own scripts, run
+# from a termux-packages tree (MNN_ENGINE_TERMUX_PACKAGES, a git directory;
+# tools/termux/upstream_steps.sh): its meson 1.11.0 with its patches for the
+# first configure and meson-python's reconfigure with build-pip's meson, the
+# python setup (crossenv 1.6.1 with termux's patches, -lpython3.X, PYTHONPATH),
+# the massage (strip, termux-elf-cleaner built from MNN_ENGINE_TERMUX_ELF_CLEANER,
+# the shebang fix, the undefined-symbol check); its cmake invocation for its
+# bionic (Android) flavour (tools/termux/build_steps.sh), with CMake's Android
+# platform (CMAKE_SYSTEM_NAME=Android and a standalone toolchain, so MNN takes
+# its Android branches), and its compiler and linker flags (-Oz, --as-needed,
+# RUNPATH $PREFIX/lib ...); $TERMUX_PREFIX at /data/data/com.termux/files/usr
+# (a bind mount in a private mount namespace); the service directory,
+# subpackages, control files, maintainer scripts and .debs as termux-packages
+# writes them (tools/termux/package_steps.sh); python-mnn-engine built from
+# its release sdist (tools/termux/release_sdist.py, of the commit replayed).
 # What differs: behind the standalone toolchain's compiler names is Debian's
 # g++-aarch64-linux-gnu for glibc, not the NDK's clang for bionic
 # (tools/termux/android_toolchain.sh says what that leaves out); the arm64
 # Debian root of tools/arm/root.sh stands in for the device and for the target
-# Python that crossenv needs (bookworm's 3.11, or sid's 3.14); sources come
-# from the vendored MNN tarball (its git-archive header gives the commit the
-# recipe checks) and from this checkout.
+# Python (bookworm's 3.11, or sid's 3.14), and this machine's python3.X for
+# the build Python termux compiles; MNN's source is the vendored tarball (its
+# git-archive header gives the commit the recipe checks); downloads come from
+# PyPI (upstream_steps.sh says which).
 #
 # Afterwards the .debs are installed with dpkg into a Termux prefix inside the
 # arm64 root (its own dpkg database, as Termux's), over stand-ins of Termux's
@@ -46,6 +53,8 @@ fi
 . tools/termux/build_steps.sh
 # shellcheck source=tools/termux/package_steps.sh
 . tools/termux/package_steps.sh
+# shellcheck source=tools/termux/upstream_steps.sh
+. tools/termux/upstream_steps.sh
 WORK=${MNN_ENGINE_REPLAY_WORK:-$HOME/.cache/mnn-engine/termux-replay/$ARM_SUITE}
 OUT=$ROOT/build/termux-replay/$ARM_SUITE
 COMMIT=$(git rev-parse HEAD) # the tree the run starts from (HEAD may move meanwhile)
@@ -54,7 +63,7 @@ MODELS=${MNN_ENGINE_TEST_MODELS:-$HOME/.cache/mnn-engine/test-models/v1}
 mkdir -p "$WORK" "$OUT"
 step() { printf '\n== %s (%s)\n' "$1" "$(date +%H:%M:%S)"; }
 
-step "host tools: aarch64 cross compiler, cmake, ninja, crossenv"
+step "host tools: aarch64 cross compiler, cmake, ninja"
 command -v aarch64-linux-gnu-g++ >/dev/null ||
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q g++-aarch64-linux-gnu >/dev/null
 command -v ccache >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q ccache >/dev/null
@@ -63,12 +72,10 @@ trap arm_root_unmount EXIT
 # the target Python is the arm64 root's (bookworm: 3.11; MNN_ENGINE_ARM_SUITE=sid: 3.14, as Termux's)
 TERMUX_PYTHON_VERSION=$(readlink "$CHROOT/usr/bin/python3")
 export TERMUX_PYTHON_VERSION=${TERMUX_PYTHON_VERSION#python}
-# crossenv's build Python must be the target's version, as Termux's builder has its python
-build_python=$(command -v "python$TERMUX_PYTHON_VERSION") ||
-	{ echo "crossenv needs a python$TERMUX_PYTHON_VERSION on this machine, the arm64 root's version"; exit 1; }
-if [ ! -x "$WORK/tools/bin/python" ]; then
-	"$build_python" -m venv "$WORK/tools"
-	"$WORK/tools/bin/pip" install -q crossenv==1.6.2 cmake ninja
+# (crossenv's build Python must be the target's version: termux_setup_build_python in upstream_steps.sh)
+if [ ! -x "$WORK/tools/bin/cmake" ]; then
+	python3 -m venv "$WORK/tools"
+	"$WORK/tools/bin/pip" install -q cmake ninja
 fi
 export PATH=$WORK/tools/bin:$PATH
 
@@ -90,27 +97,50 @@ mkdir -p "$TERMUX_PREFIX/lib" "$TERMUX_PREFIX/include/aarch64-linux-gnu" "$TERMU
 ln -sfn "$CHROOT/usr/include/aarch64-linux-gnu/python$TERMUX_PYTHON_VERSION" \
 	"$TERMUX_PREFIX/include/aarch64-linux-gnu/python$TERMUX_PYTHON_VERSION"
 
-# --- the rest of termux-packages' helpers (tools/termux/build_steps.sh has the build steps) ---
-termux_setup_python_pip() {  # crossenv over the arm64 root's python, as Termux's over its own
-	local env=$WORK/crossenv
-	if [ ! -x "$env/bin/cross-python" ]; then
-		rm -rf "$env"
-		# crossenv 1.6.2 takes any pip without pip/_vendor/six.py (every pip since
-		# 24.1) for a distribution's unbundled one and reinstalls that version from
-		# PyPI; Debian's own wheel of it (python3-pip-whl, what ensurepip installs)
-		# is stock, and sid's can be newer than the index, so pip may take it from there.
-		(cd / && PIP_FIND_LINKS=/usr/share/python-wheels \
-			python -m crossenv "$CHROOT/usr/bin/python$TERMUX_PYTHON_VERSION" "$env" >/dev/null)
-	fi
-	# shellcheck disable=SC1091
-	. "$env/bin/activate"  # python is now the cross-python
-	export PATH=$PATH:$env/build/bin MESON=$env/build/bin/meson  # the build tools, after it
-	TERMUX_MESON=$MESON
-	local deps
-	deps=$(echo "$TERMUX_PKG_PYTHON_COMMON_BUILD_DEPS" | tr -d ',')
-	# shellcheck disable=SC2086
-	build-pip install -q $deps
-}
+# --- termux-packages' own scripts (tools/termux/upstream_steps.sh), then the rest of its helpers ---
+TERMUX_PACKAGES_SRC=${MNN_ENGINE_TERMUX_PACKAGES:-/work/.mirror/termux+termux-packages/repo}
+MNN_ENGINE_TERMUX_ELF_CLEANER=${MNN_ENGINE_TERMUX_ELF_CLEANER:-/work/.mirror/termux+termux-elf-cleaner/repo}
+termux_upstream_setup "$TERMUX_PACKAGES_SRC"
+echo "termux-packages $TERMUX_PACKAGES_COMMIT, termux-elf-cleaner $(cat "$WORK/termux-elf-cleaner/version")"
+# a fresh builder: termux's meson and crossenv are set up (and patched) anew
+[ -n "$DEVICE_ONLY" ] || rm -rf "$TERMUX_COMMON_CACHEDIR/meson-"* "$TERMUX_COMMON_CACHEDIR/crossenv-"* \
+	"$TERMUX_PYTHON_CROSSENV_PREFIX"
+termux_python_in_prefix
+# crossenv (1.6.1 as 1.6.2) takes any pip without pip/_vendor/six.py (every
+# pip since 24.1) for a distribution's unbundled one and reinstalls that
+# version from PyPI; where the build python is a distribution's (sid's), its
+# own wheel of pip (python3-pip-whl) is stock, and may be newer than the index
+[ ! -d /usr/share/python-wheels ] || export PIP_FIND_LINKS=/usr/share/python-wheels
+
+# python-mnn-engine's source is its release sdist (tools/termux/release_sdist.py:
+# meson-python's sdist of the committed tree), made once per run; the recipe's
+# TERMUX_PKG_SHA256 is the last release's, so the two are compared and the
+# result recorded, not required
+SDIST_REPORT=$OUT/sdist.json
+if [ -z "$DEVICE_ONLY" ]; then
+	step "python-mnn-engine's release sdist, of commit $COMMIT"
+	x86_mnn=$WORK/x86-mnn
+	x86_lib=$(find build -path "*/subprojects/MNN/libMNN.so" -print -quit)
+	[ -n "$x86_lib" ] ||
+		{ echo "the sdist is configured against an x86 MNN: build one first (pip install -e .)"; exit 1; }
+	rm -rf "$x86_mnn" && mkdir -p "$x86_mnn/lib" "$x86_mnn/include"
+	cp -r subprojects/MNN/include/MNN "$x86_mnn/include/"
+	cp -r subprojects/MNN/transformers/llm/engine/include/llm "$x86_mnn/include/"
+	cp "$x86_lib" "$x86_mnn/lib/"
+	rm -rf "$WORK/sdist"
+	"${MNN_ENGINE_PYTHON:-$ROOT/.venv/bin/python}" tools/termux/release_sdist.py --mnn-prefix "$x86_mnn" \
+		--out "$WORK/sdist" --no-write >"$SDIST_REPORT"
+	python3 -c '
+import json, re, sys
+report = json.load(open(sys.argv[1]))
+recipe = re.search(r"(?m)^TERMUX_PKG_SHA256=(\w+)", open(sys.argv[2]).read()).group(1)
+report["recipe_sha256"] = recipe
+report["matches_recipe"] = report["sha256"] == recipe
+json.dump(report, open(sys.argv[1], "w"), indent=1)
+print(f"sdist {report[\"sha256\"]}: {\"the recipe\x27s\" if report[\"matches_recipe\"] else \"not the recipe\x27s (the last release)\"}")
+' "$SDIST_REPORT" packaging/termux/python-mnn-engine/build.sh
+fi
+
 # get_source NAME: a stand-in for termux_step_get_source
 get_source() {
 	case "$1" in
@@ -121,7 +151,8 @@ get_source() {
 			# (git stops reading after the header: no pipe, whose gzip would die of SIGPIPE under pipefail)
 			git get-tar-commit-id < <(gzip -dc "$tarball") > "$TERMUX_PKG_SRCDIR/.replay-commit" ;;
 		python-mnn-engine)
-			git ls-files -co --exclude-standard -z | tar --null -T - -c | tar -x -C "$TERMUX_PKG_SRCDIR" ;;
+			tar -xzf "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["sdist"])' "$SDIST_REPORT")" \
+				-C "$TERMUX_PKG_SRCDIR" --strip-components=1 ;;
 	esac
 }
 git() {  # HEAD of a replayed "clone" is the commit its tarball was archived from
@@ -130,6 +161,10 @@ git() {  # HEAD of a replayed "clone" is the commit its tarball was archived fro
 	else
 		command git "$@"
 	fi
+}
+# termux_create_debian_subpackages, called by termux_step_massage: the replay's split
+termux_create_debian_subpackages() {
+	split_subpackages "$TERMUX_PKG_NAME" "$TERMUX_PKG_BUILDER_DIR" "$TERMUX_PKG_MASSAGEDIR$TERMUX_PREFIX_CLASSICAL"
 }
 
 # build_package NAME: the recipe's steps in build-package.sh's order, then the
@@ -146,36 +181,36 @@ build_package() {
 		mkdir -p "$TERMUX_PKG_SRCDIR" "$TERMUX_PKG_BUILDDIR" "$TERMUX_PKG_TMPDIR" "$TERMUX_PKG_CACHEDIR"
 		# shellcheck source=/dev/null
 		. "$TERMUX_PKG_BUILDER_DIR/build.sh"
+		termux_upstream_package_defaults
+		termux_step_create_timestamp_file
+		cd "$TERMUX_PKG_CACHEDIR"
 		get_source "$name"
-		if [ -n "${TERMUX_PKG_PYTHON_COMMON_BUILD_DEPS:-}" ]; then termux_setup_python_pip; fi
-		(cd "$TERMUX_PREFIX" && find . \( -type f -o -type l \) | sort) > "$TERMUX_PKG_TMPDIR/before"
 		local fn
-		for fn in termux_step_post_get_source termux_step_patch_package termux_step_pre_configure termux_step_configure \
-			termux_step_post_configure termux_step_make termux_step_make_install termux_step_post_make_install \
-			termux_step_install_service_scripts termux_step_install_license; do
-			if declare -F "$fn" >/dev/null; then
-				step "$name: $fn"
-				cd "$TERMUX_PKG_BUILDDIR"  # in this shell, as build-package.sh: a step's variables reach the next
-				"$fn"
+		run_step() {  # a recipe's step where it has one, in this shell: a step's variables reach the next
+			if declare -F "$1" >/dev/null; then
+				step "$name: $1"
+				"$1"
 			fi
+		}
+		cd "$TERMUX_PKG_SRCDIR" && run_step termux_step_post_get_source
+		step "$name: termux_step_get_dependencies_python (termux-packages')"
+		termux_step_get_dependencies_python
+		run_step termux_step_patch_package
+		cd "$TERMUX_PKG_SRCDIR" && run_step termux_step_pre_configure
+		for fn in termux_step_configure termux_step_post_configure termux_step_make termux_step_make_install \
+			termux_step_post_make_install termux_step_install_service_scripts termux_step_install_license; do
+			cd "$TERMUX_PKG_BUILDDIR" && run_step "$fn"
 		done
-		# termux_step_massage: what the steps added to the prefix is the package
-		(cd "$TERMUX_PREFIX" && find . \( -type f -o -type l \) | sort) > "$TERMUX_PKG_TMPDIR/after"
-		comm -13 "$TERMUX_PKG_TMPDIR/before" "$TERMUX_PKG_TMPDIR/after" > "$TERMUX_PKG_TMPDIR/files"
+		# what the steps added to the prefix, massaged as termux does (strip, termux-elf-cleaner,
+		# shebangs, the undefined-symbol check, the subpackages split off)
 		mkdir -p "$TERMUX_PKG_MASSAGEDIR"
-		(cd "$TERMUX_PREFIX" && tar -c -T "$TERMUX_PKG_TMPDIR/files") | tar -x -C "$TERMUX_PKG_MASSAGEDIR"
-		# Termux's crossenv is patched to write $PREFIX/bin/python into scripts' shebangs
-		if [ -d "$TERMUX_PKG_MASSAGEDIR/bin" ]; then
-			grep -rlF "$WORK/crossenv/cross/bin/python" "$TERMUX_PKG_MASSAGEDIR/bin" | xargs -r sed -i \
-				"s|$WORK/crossenv/cross/bin/python[0-9.]*|$TERMUX_PREFIX/bin/python|g"
-		fi
-		if declare -F termux_step_post_massage >/dev/null; then
-			step "$name: termux_step_post_massage"
-			cd "$TERMUX_PKG_MASSAGEDIR"
-			termux_step_post_massage
-			cd "$ROOT"
-		fi
-		split_subpackages "$name" "$TERMUX_PKG_BUILDER_DIR" "$TERMUX_PKG_MASSAGEDIR"
+		cd "$TERMUX_PKG_MASSAGEDIR" && termux_step_copy_into_massagedir
+		step "$name: termux_step_massage (termux-packages')"
+		cd "$TERMUX_PKG_MASSAGEDIR$TERMUX_PREFIX_CLASSICAL" && termux_step_massage
+		cd "$TERMUX_PKG_MASSAGEDIR$TERMUX_PREFIX_CLASSICAL" && run_step termux_step_post_massage
+		mkdir -p "$WORK/packages/$name"
+		cp -a "$TERMUX_PKG_MASSAGEDIR$TERMUX_PREFIX_CLASSICAL/." "$WORK/packages/$name/"
+		cd "$ROOT"
 		make_debs "$name"
 	)
 }
@@ -229,22 +264,22 @@ make_debs() {
 	echo "debs: $(cd "$WORK/debs" && ls)"
 }
 
-# split_subpackages NAME BUILDER_DIR MASSAGE_DIR: termux_create_subpackages,
-# failing when a TERMUX_SUBPKG_INCLUDE entry matches nothing.
+# split_subpackages NAME BUILDER_DIR MASSAGE_DIR: termux_create_debian_subpackages'
+# split, each subpackage's TERMUX_SUBPKG_INCLUDE moved from MASSAGE_DIR to
+# $WORK/packages/SUBPACKAGE/, failing when an entry matches nothing.
 split_subpackages() {
 	local name=$1 builder=$2 massage=$3 sub subname pattern path matched
-	mkdir -p "$WORK/packages/$name"
-	cp -a "$massage/." "$WORK/packages/$name/"
 	for sub in "$builder"/*.subpackage.sh; do
 		[ -e "$sub" ] || continue
 		subname=$(basename "$sub" .subpackage.sh)
 		(
 			# shellcheck source=/dev/null
 			. "$sub"
+			rm -rf "${WORK:?}/packages/$subname"
 			mkdir -p "$WORK/packages/$subname"
 			for pattern in $TERMUX_SUBPKG_INCLUDE; do
 				matched=0
-				for path in "$WORK/packages/$name"/$pattern; do
+				for path in "$massage"/$pattern; do
 					[ -e "$path" ] || continue
 					mkdir -p "$WORK/packages/$subname/$(dirname "$pattern")"
 					mv "$path" "$WORK/packages/$subname/$(dirname "$pattern")/"
@@ -327,10 +362,18 @@ chroot "$CHROOT" /usr/bin/env -i HOME=/root PATH=/usr/bin:/bin:/usr/sbin:/sbin Q
 	| tee "$OUT/device.json"
 umount "$CHROOT$TERMUX_PREFIX"
 python3 -c '
-import json, sys, time
-out, commit = sys.argv[1:]
+import json, re, sys, time
+out, commit, termux_packages, elf_cleaner = sys.argv[1:]
 device = json.load(open(f"{out}/device.json"))
+# what the steps of termux-packages said in each build log: the meson versions of the two
+# configures, termux-elf-cleaner, the undefined-symbol and OpenMP checks
+said = re.compile(r"^(The Meson build system|Version: |INFO: (Found|Total)|ERROR|termux-elf-cleaner|.*: Removing |"
+                  r".*Changing TLS|Applying |\[termux_setup)")
+steps = {name: [line.rstrip() for line in open(f"{out}/{name}.log", errors="replace") if said.match(line)]
+         for name in ("mnn", "python-mnn-engine")}
 result = {"date": time.strftime("%Y-%m-%d %H:%M"), "commit": commit,
+          "termux_packages": termux_packages, "termux_elf_cleaner": elf_cleaner,
+          "sdist": json.load(open(f"{out}/sdist.json")), "termux_steps": steps,
           "packages": json.load(open(f"{out}/packages.json")),
           "kernels_linked": json.load(open(f"{out}/kernels.json")), "device": device}
 json.dump(result, open(f"{out}/result.json", "w"), indent=1)
@@ -339,4 +382,4 @@ print(f"the device: {len(problems)} problems")
 for problem in problems:
     print("  " + problem)
 sys.exit(1 if problems else 0)
-' "$OUT" "$COMMIT"
+' "$OUT" "$COMMIT" "$TERMUX_PACKAGES_COMMIT" "$(cat "$WORK/termux-elf-cleaner/version")"
