@@ -98,7 +98,8 @@ termux_build_elf_cleaner() {
 	if [ -d "$src/.git" ]; then gitdir=$src/.git; else gitdir=$src; fi
 	rm -rf "$dir"
 	mkdir -p "$dir/src"
-	command git --git-dir="$gitdir" archive "v$version" | tar -x -C "$dir/src"
+	# (its tests/ hold binaries a partial mirror may lack: the tool needs none of them)
+	command git --git-dir="$gitdir" archive "v$version" -- . ":(exclude)tests" | tar -x -C "$dir/src"
 	sed "s%@TERMUX_PKG_API_LEVEL@%$TERMUX_PKG_API_LEVEL%g" \
 		"$TERMUX_SCRIPTDIR/packages/termux-elf-cleaner/android-api-level.diff" | patch --silent -p1 -d "$dir/src"
 	# the builder's own compilers, not the target's
