@@ -79,6 +79,35 @@ if [ ! -x "$WORK/tools/bin/cmake" ]; then
 fi
 export PATH=$WORK/tools/bin:$PATH
 
+# python-mnn-engine's source is its release sdist (tools/termux/release_sdist.py:
+# meson-python's sdist of the committed tree), made once per run; the recipe's
+# TERMUX_PKG_SHA256 is the last release's, so the two are compared and the
+# result recorded, not required
+SDIST_REPORT=$OUT/sdist.json
+if [ -z "${MNN_ENGINE_REPLAY_DEVICE_ONLY:-}" ]; then  # before the Termux environment: an x86 build
+	step "python-mnn-engine's release sdist, of commit $COMMIT"
+	x86_mnn=$WORK/x86-mnn
+	x86_lib=$(find build -path "*/subprojects/MNN/libMNN.so" -print -quit)
+	[ -n "$x86_lib" ] ||
+		{ echo "the sdist is configured against an x86 MNN: build one first (pip install -e .)"; exit 1; }
+	rm -rf "$x86_mnn" && mkdir -p "$x86_mnn/lib" "$x86_mnn/include"
+	cp -r subprojects/MNN/include/MNN "$x86_mnn/include/"
+	cp -r subprojects/MNN/transformers/llm/engine/include/llm "$x86_mnn/include/"
+	cp "$x86_lib" "$x86_mnn/lib/"
+	rm -rf "$WORK/sdist"
+	"${MNN_ENGINE_PYTHON:-$ROOT/.venv/bin/python}" tools/termux/release_sdist.py --mnn-prefix "$x86_mnn" \
+		--out "$WORK/sdist" --no-write >"$SDIST_REPORT"
+	python3 -c '
+import json, re, sys
+report = json.load(open(sys.argv[1]))
+recipe = re.search(r"(?m)^TERMUX_PKG_SHA256=(\w+)", open(sys.argv[2]).read()).group(1)
+report["recipe_sha256"] = recipe
+report["matches_recipe"] = report["sha256"] == recipe
+json.dump(report, open(sys.argv[1], "w"), indent=1)
+print("sdist", report["sha256"], "is", "the recipe hash" if report["matches_recipe"] else "not the recipe hash (the last release)")
+' "$SDIST_REPORT" packaging/termux/python-mnn-engine/build.sh
+fi
+
 # --- the Termux build environment ---
 termux_setup_toolchain "$WORK"
 export CCACHE_DIR=$HOME/.cache/mnn-engine/ccache-aarch64 CCACHE_BASEDIR=$WORK CCACHE_NOHASHDIR=1
@@ -111,35 +140,6 @@ termux_python_in_prefix
 # version from PyPI; where the build python is a distribution's (sid's), its
 # own wheel of pip (python3-pip-whl) is stock, and may be newer than the index
 [ ! -d /usr/share/python-wheels ] || export PIP_FIND_LINKS=/usr/share/python-wheels
-
-# python-mnn-engine's source is its release sdist (tools/termux/release_sdist.py:
-# meson-python's sdist of the committed tree), made once per run; the recipe's
-# TERMUX_PKG_SHA256 is the last release's, so the two are compared and the
-# result recorded, not required
-SDIST_REPORT=$OUT/sdist.json
-if [ -z "$DEVICE_ONLY" ]; then
-	step "python-mnn-engine's release sdist, of commit $COMMIT"
-	x86_mnn=$WORK/x86-mnn
-	x86_lib=$(find build -path "*/subprojects/MNN/libMNN.so" -print -quit)
-	[ -n "$x86_lib" ] ||
-		{ echo "the sdist is configured against an x86 MNN: build one first (pip install -e .)"; exit 1; }
-	rm -rf "$x86_mnn" && mkdir -p "$x86_mnn/lib" "$x86_mnn/include"
-	cp -r subprojects/MNN/include/MNN "$x86_mnn/include/"
-	cp -r subprojects/MNN/transformers/llm/engine/include/llm "$x86_mnn/include/"
-	cp "$x86_lib" "$x86_mnn/lib/"
-	rm -rf "$WORK/sdist"
-	"${MNN_ENGINE_PYTHON:-$ROOT/.venv/bin/python}" tools/termux/release_sdist.py --mnn-prefix "$x86_mnn" \
-		--out "$WORK/sdist" --no-write >"$SDIST_REPORT"
-	python3 -c '
-import json, re, sys
-report = json.load(open(sys.argv[1]))
-recipe = re.search(r"(?m)^TERMUX_PKG_SHA256=(\w+)", open(sys.argv[2]).read()).group(1)
-report["recipe_sha256"] = recipe
-report["matches_recipe"] = report["sha256"] == recipe
-json.dump(report, open(sys.argv[1], "w"), indent=1)
-print(f"sdist {report[\"sha256\"]}: {\"the recipe\x27s\" if report[\"matches_recipe\"] else \"not the recipe\x27s (the last release)\"}")
-' "$SDIST_REPORT" packaging/termux/python-mnn-engine/build.sh
-fi
 
 # get_source NAME: a stand-in for termux_step_get_source
 get_source() {
