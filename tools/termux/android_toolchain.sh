@@ -15,7 +15,8 @@
 # link line (-llog -landroid, CMakeLists.txt "target_link_libraries(MNN PUBLIC
 # log m android)") links against empty stand-ins of the NDK's liblog.so and
 # libandroid.so; under termux's -Wl,--as-needed they leave no DT_NEEDED when
-# nothing uses them, as on the NDK.
+# nothing uses them, as on the NDK. The NDK's OpenMP runtime (libomp), which
+# termux_step_massage asks the compiler for, is gcc's libgomp here.
 #
 # What this does not reproduce: clang's __ANDROID__ predefine and bionic's
 # headers (MNN's #ifdef __ANDROID__ code: system properties in the CPU probe,
@@ -40,6 +41,9 @@ android_standalone_toolchain() {
 				case \$arg in
 					--target=*|--gcc-toolchain=*|--sysroot=$tc/*) ;;
 					-dumpversion) set -- "\$@" -dumpfullversion ;;  # "12" alone fails CMake's version match
+					# the NDK's OpenMP runtime (termux_step_massage's OpenMP check reads its
+					# symbols): gcc's, libgomp, is the one behind these names
+					-print-file-name=libomp.*) set -- "\$@" "-print-file-name=libgomp.\${arg##*.}" ;;
 					*) set -- "\$@" "\$arg" ;;
 				esac
 			done
