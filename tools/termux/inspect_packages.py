@@ -34,6 +34,10 @@ BACKEND_LIBRARIES = {Path(f).name for name, files in EXPECTED.items() if name.st
 SYSTEM_LIBRARIES = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "libstdc++.so.6", "libgcc_s.so.1",
                     "ld-linux-aarch64.so.1", "libc.so", "libm.so", "libdl.so", "libc++_shared.so", "liblog.so",
                     "libandroid.so"}
+# what the packages' Termux dependencies hold: libpython from `python` (termux_step_get_dependencies_python
+# links python packages with -lpython3.X; Termux's CPython installs libpython3.X.so, Debian's, which the
+# replay builds against, names it libpython3.X.so.1.0)
+DEPENDENCY_LIBRARIES = re.compile(r"libpython3\.\d+\.so(\.1\.0)?")
 
 
 def readelf(path: Path) -> dict[str, object]:
@@ -72,7 +76,8 @@ def main(packages: Path, prefix: str, build_paths: list[str]) -> int:
                     problems.append(f"{package.name}/{name}: RUNPATH {info['runpath']}, not {prefix}/lib")
                 if package.name in ("mnn", "python-mnn-engine") and BACKEND_LIBRARIES & set(info["needed"]):
                     problems.append(f"{package.name}/{name} needs {BACKEND_LIBRARIES & set(info['needed'])}")
-                missing = set(info["needed"]) - provided - SYSTEM_LIBRARIES
+                missing = {n for n in set(info["needed"]) - provided - SYSTEM_LIBRARIES
+                           if not DEPENDENCY_LIBRARIES.fullmatch(n)}
                 if missing:
                     problems.append(f"{package.name}/{name} needs {sorted(missing)}, which no package holds")
             if path.is_file() and not path.is_symlink():
