@@ -104,6 +104,8 @@ class Device:
     # --- the stand-ins for Termux's base system ---
     def base_system(self) -> None:
         prefix = Path(self.prefix)
+        Path(self.prefix, "tmp").mkdir(parents=True, exist_ok=True)  # $TMPDIR, as Termux's bootstrap has it
+        Path(self.home).mkdir(exist_ok=True)
         self.run("/usr/bin/python3", "-m", "venv", self.prefix)
         for sub in ("info", "updates"):
             Path(self.admindir, sub).mkdir(parents=True, exist_ok=True)
@@ -130,8 +132,6 @@ class Device:
             "Description: stand-in for Termux's python, python-pip, libc++ and termux-services\n")
         self.run("dpkg-deb", "--root-owner-group", "--build", str(stand_in), "/tmp/termux-base-stand-in.deb")
         self.dpkg("-i", "/tmp/termux-base-stand-in.deb")
-        Path(self.prefix, "tmp").mkdir(exist_ok=True)
-        Path(self.home).mkdir(exist_ok=True)
 
     def probe(self, packages: list[str]) -> dict[str, object]:
         result = self.run(f"{self.prefix}/bin/python", self.probe_script, self.prefix, self.model, *packages,
