@@ -33,9 +33,10 @@ from .version import __version__
 
 
 def _start_server(owner: Engine | ModelPool, **options: object) -> str:
+    from .engine.single import SingleModel
     from .server.runner import start_background_server  # tornado is imported when a server starts
 
-    models = ModelPool.fixed(owner) if isinstance(owner, Engine) else owner  # an engine serves its one model
+    models = SingleModel(owner) if isinstance(owner, Engine) else owner  # an engine serves its one model
     return start_background_server(models, owner=owner, **options)  # type: ignore[arg-type]
 
 

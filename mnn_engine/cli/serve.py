@@ -14,6 +14,7 @@ from ..api.ollama import keep_alive_seconds
 from ..engine.engine import Engine
 from ..engine.pool import DEFAULT_KEEP_ALIVE_S, MOST_LOADED, SMALL_DEVICE_BYTES, ModelPool
 from ..engine.protocol import ServedModels
+from ..engine.single import SingleModel
 from ..errors import MnnEngineError
 from ..server.settings import (
     DEFAULT_HOST,
@@ -88,7 +89,7 @@ def _models(args: argparse.Namespace) -> tuple[ServedModels, Callable[[], None],
         except BaseException:
             engine.close()
             raise
-        return ModelPool.fixed(engine), engine.close, \
+        return SingleModel(engine), engine.close, \
             f"{engine.active_model_id or model} for every request (--no-switch)"
     pool = ModelPool(defaults=load_overrides(args), max_loaded=args.max_loaded, keep_alive=args.keep_alive)
     try:

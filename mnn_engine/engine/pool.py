@@ -1,7 +1,8 @@
 """The models a server serves: the whole store by name, loaded on demand and
-unloaded when idle, within the device's memory (``serve``); or one engine's
-model for every request (the plugin's rule: ``serve MODEL --no-switch`` and
-``Engine.start_server``).
+unloaded when idle, within the device's memory (``serve``). The other serving
+mode, one engine's model for every request (``serve MODEL --no-switch`` and
+``Engine.start_server``), is ``engine.single.SingleModel``; what a model is
+and how it is listed is ``engine.listing``, shared by both.
 
 A ``ModelPool`` owns one ``Engine`` per loaded model; all of them publish on
 the pool's one ``EventStream`` (their events name their model). Its rules:
@@ -39,13 +40,14 @@ from typing import Any
 
 from ..errors import MnnEngineError, is_int, is_number
 from ..hub import catalog
-from ..runtime.llm import DEFAULT_CONTEXT
 from ..runtime.memory import give_back_memory, total_memory_bytes
-from ..runtime.model_files import CONFIG_NAME, model_files, model_kind, read_config
-from ..store.layout import ModelInfo, model_id_from_name, served_name
+from ..runtime.model_files import CONFIG_NAME
+from ..store.layout import ModelInfo, served_name
 from ..store.models import ModelStore
 from .engine import Engine, LoadOptions, model_options, pull_with_events, server_launcher
 from .events import EventStream
+from .listing import NEVER, ModelFacts, directory_bytes, facts_are_stale, model_entry, read_facts
+from .naming import model_not_found, names
 
 log = logging.getLogger("mnn_engine.pool")
 
@@ -57,24 +59,6 @@ SMALL_DEVICE_BYTES = 8 * 2**30
 MOST_LOADED = 3
 #: the share of RAM loaded models may take together (the rest: the KV caches, the system, other apps)
 MEMORY_SHARE = 0.5
-#: an expiry shown for a model that never expires (/api/ps)
-NEVER = float("inf")
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    """What the server tells about a model without loading it."""
-
-    name: str
-    model_id: str | None
-    path: Path
-    kind: str  # "chat" or "embedding"
-    is_visual: bool
-    size_bytes: int
-    created: float
-    context_length: int = DEFAULT_CONTEXT  # its config's (MNN's max_all_tokens), before any load option
-    is_audio: bool = False
-    config: dict[str, Any] = field(default_factory=dict, compare=False)  # its merged config.json
 
 
 @dataclass(frozen=True)
@@ -152,25 +136,21 @@ class ModelPool:
     passes a fake that behaves as it does, as Ollama's scheduler takes its
     ``newServerFn``)."""
 
+    #: True: a request's ``model`` picks among the store's models (``SingleModel``: False)
+    switching = True
+
     def __init__(self, store: ModelStore | None = None, *, defaults: Mapping[str, Any] | None = None,
                  max_loaded: int | None = None, keep_alive: float | None = DEFAULT_KEEP_ALIVE_S,
                  memory_budget: int | None = None, total_ram: int | None = None,
-                 engine: Engine | None = None,
                  engine_factory: Callable[[ModelStore, EventStream], Engine] | None = None) -> None:
-        #: the one engine of a fixed pool (``fixed``), else None
-        self._fixed = engine
         self._engine_factory = engine_factory or (lambda store, events: Engine(store, events=events))
-        self.store = engine.store if engine is not None else store if store is not None else ModelStore()
-        self.switching = engine is None
-        self.events = engine.events if engine is not None else EventStream()
+        self.store = store if store is not None else ModelStore()
+        self.events = EventStream()
         self.defaults = dict(defaults or {})
         LoadOptions().updated(self.defaults)  # bad flags fail before anything loads
-        self.keep_alive = None if engine is not None else check_keep_alive(keep_alive)
-        if engine is None:
-            ram = total_memory_bytes() if total_ram is None else total_ram
-            self.plan = plan_memory(ram, [info.size_bytes for info in self.store.list()], max_loaded)
-        else:
-            self.plan = MemoryPlan(1, 0, "--no-switch: the one model")
+        self.keep_alive = check_keep_alive(keep_alive)
+        ram = total_memory_bytes() if total_ram is None else total_ram
+        self.plan = plan_memory(ram, [info.size_bytes for info in self.store.list()], max_loaded)
         self.max_loaded = self.plan.max_loaded
         self.memory_budget = memory_budget if memory_budget is not None else self.plan.memory_budget
         self.default_name: str | None = None
@@ -182,22 +162,8 @@ class ModelPool:
         self._last_error: dict[str, Any] | None = None
         self._server_state, self._server_address = "stopped", None
         self._closed = False
-        if engine is not None:  # its model, as it is now: every request's
-            snap = engine.snapshot()["model"]
-            name = served_name(snap.get("id"), snap.get("path")) or "model"
-            self.default_name = name
-            self._slots[name] = _Slot(name, target=snap.get("path") or "", model_id=snap.get("id"), engine=engine,
-                                      state="loaded", keep_forever=True)
-            return
         self.store.in_use = self._in_use
         threading.Thread(target=self._reap, name="mnn-engine-reaper", daemon=True).start()
-
-    @classmethod
-    def fixed(cls, engine: Engine) -> ModelPool:
-        """The plugin's rule: ``engine``'s loaded model answers every request,
-        whatever it names; nothing is loaded or unloaded here (the engine's
-        owner does that), and the engine itself records the server's state."""
-        return cls(engine=engine)
 
     # ---------------------------------------------------------------- names
     def _in_use(self, model_id: str) -> bool:
@@ -225,30 +191,26 @@ class ModelPool:
         ``qwen3:0.6b`` and ``tiny:latest``); none named: the default (the
         preloaded model, else the one used last). ``model_not_found`` for
         anything else, with the pull command for a catalog name not pulled
-        yet: a request never downloads. In a fixed pool the one model answers
-        every name, unless ``strict`` (Ollama's routes: a name must name it)."""
+        yet: a request never downloads. Its names are
+        every name it serves: ``strict`` is the protocol's (``SingleModel``
+        reads it), a pool's names are always strict."""
         if asked is not None and not isinstance(asked, str):
             raise MnnEngineError("invalid_argument", "'model' must be a string", param="model")
-        if not self.switching:
-            name = next(iter(self._slots))
-            if strict and asked and not _names(asked, name, self._slots[name].model_id):
-                raise _not_found(asked)
-            return name
         if not asked:
             return self._default()
         with self._cond:
             for slot in self._slots.values():  # the preloaded model, a directory, is a slot of its own
-                if slot.model_id is None and _names(asked, slot.name):
+                if slot.model_id is None and names(asked, slot.name):
                     return slot.name
         ids = self._store_ids()
         for model_id in ids:
-            if _names(asked, model_id):
+            if names(asked, model_id):
                 return self._slot_for(model_id).name
         entry = catalog.find(asked.removesuffix(":latest").replace(":", "-"))
         if entry is not None:
             raise MnnEngineError("model_not_found", f'model "{asked}" is not in the store; pull it first (POST '
                                  f"/api/pull, or python -m mnn_engine models pull {entry.name})", param="model")
-        raise _not_found(asked)
+        raise model_not_found(asked)
 
     def _default(self) -> str:
         if self.default_name is not None:
@@ -284,8 +246,8 @@ class ModelPool:
         off the IOLoop). ``busy`` when no room could be made within
         ``timeout`` seconds (every loaded model is leased)."""
         lease = self.try_acquire(name)
-        if lease is not None or self._fixed is not None:
-            return lease or self._lease(self._slots[name])
+        if lease is not None:
+            return lease
         slot = self._slot_for(name)
         self._size(slot)  # read now, not while _cond is held (the IOLoop's try_acquire takes it)
         deadline = time.monotonic() + timeout
@@ -342,7 +304,7 @@ class ModelPool:
         if not slot.size_bytes:
             with contextlib.suppress(MnnEngineError, OSError):
                 slot.size_bytes = self.store.get(slot.model_id).size_bytes if slot.model_id is not None \
-                    else _directory_bytes(Path(slot.target))
+                    else directory_bytes(Path(slot.target))
         return slot.size_bytes
 
     def _load(self, slot: _Slot, overrides: Mapping[str, Any] | None = None) -> Lease:
@@ -376,14 +338,13 @@ class ModelPool:
         with self._cond:
             slot.users = max(0, slot.users - 1)
             slot.last_used = time.monotonic()
-            if self._fixed is None:
-                if keep_alive is ... and slot.unload_pending:
-                    keep_alive = 0.0  # an explicit unload wins over a default release
-                elif keep_alive is ...:
-                    keep_alive = None if slot.keep_forever else self.keep_alive
-                else:
-                    slot.keep_forever = False  # a request said how long: the preloaded model follows it too
-                slot.expires = NEVER if keep_alive is None else slot.last_used + keep_alive
+            if keep_alive is ... and slot.unload_pending:
+                keep_alive = 0.0  # an explicit unload wins over a default release
+            elif keep_alive is ...:
+                keep_alive = None if slot.keep_forever else self.keep_alive
+            else:
+                slot.keep_forever = False  # a request said how long: the preloaded model follows it too
+            slot.expires = NEVER if keep_alive is None else slot.last_used + keep_alive
             self._cond.notify_all()
 
     def preload(self, model: str, overrides: Mapping[str, Any] | None = None) -> str:
@@ -408,8 +369,6 @@ class ModelPool:
     def unload(self, name: str) -> None:
         """Unload ``name`` now (Ollama's ``keep_alive: 0`` with nothing to
         generate); a leased model unloads when its lease ends. Blocks."""
-        if self._fixed is not None:
-            return
         with self._load_lock:
             with self._cond:
                 slot = self._slots.get(name)
@@ -466,8 +425,6 @@ class ModelPool:
     def close(self) -> None:
         """Stop its background server if one runs, then unload every model
         (waiting for a load in progress); the pool serves no more."""
-        if self._fixed is not None:
-            return
         if self._server_state != "stopped":
             with contextlib.suppress(MnnEngineError):  # serve_forever's server: stopped by its signal already
                 self.stop_server()
@@ -506,38 +463,20 @@ class ModelPool:
             slot = self._slots.get(name)
         if slot is None:
             slot = self._slot_for(self.resolve(name))
-        if slot.facts is not None and slot.model_id is not None:
-            with contextlib.suppress(OSError):  # replaced since (pull --update, import --replace): read it again
-                if self.store.path(slot.model_id).stat().st_mtime != slot.facts.created:
-                    slot.facts = None
+        if slot.facts is not None and facts_are_stale(self.store, slot.facts):
+            slot.facts = None  # replaced since (pull --update, import --replace): read it again
         if slot.facts is None:
-            if slot.model_id is not None:
-                info: ModelInfo = self.store.get(slot.model_id)
-                path, size, created = Path(info.path), info.size_bytes, info.created
-            else:
-                path = Path(slot.target)
-                size = _directory_bytes(path)
-                created = path.stat().st_mtime
-            config = read_config(path / CONFIG_NAME)
-            kind = model_kind(model_files(path / CONFIG_NAME, config)["llm_model"])
-            context = config.get("max_all_tokens")
-            context = context if is_int(context) and context > 1 \
-                else DEFAULT_CONTEXT
-            slot.facts = ModelFacts(slot.name, slot.model_id, path, kind, bool(config.get("is_visual")), size,
-                                    created, context, bool(config.get("is_audio")), config)
-            slot.size_bytes = size
+            slot.facts = read_facts(self.store, slot.name, slot.model_id, slot.target)
+            slot.size_bytes = slot.facts.size_bytes
         return slot.facts
 
     def models(self) -> list[dict[str, Any]]:
         """Every model this pool serves (the store's, and a preloaded
         directory), with its state (reads the store: off the IOLoop)."""
-        if self.switching:
-            for model_id in self._store_ids():
-                self._slot_for(model_id)
+        for model_id in self._store_ids():
+            self._slot_for(model_id)
         with self._cond:
             slots = list(self._slots.values())
-        if self._fixed is not None and not self._fixed.loaded:
-            return []  # its model failed and was unloaded: nothing is served
         out = []
         for slot in sorted(slots, key=lambda s: s.name):
             try:
@@ -558,34 +497,13 @@ class ModelPool:
         with self._cond:
             engine = slot.engine if slot.state == "loaded" else None
             users, state, expires = slot.users, slot.state, slot.expires
-        context = None
-        if engine is not None:
-            with contextlib.suppress(MnnEngineError):
-                context = engine.llm.context_limit
-        if context is None:  # what it would load with
-            context = facts.context_length
-            with contextlib.suppress(MnnEngineError):
-                context = model_options(self.store, slot.model_id, defaults=self.defaults).context_length or context
-        if users or state != "loaded" or expires == NEVER:
-            expires_at = None
-        else:
-            expires_at = time.time() + max(0.0, expires - time.monotonic())
-        return {"name": slot.name, "id": slot.model_id, "path": str(facts.path), "state": state,
-                "loaded": engine is not None, "kind": facts.kind, "vision": facts.is_visual,
-                "size_bytes": facts.size_bytes, "created": facts.created, "context_length": context,
-                "in_use": users, "expires_at": expires_at, "default": slot.name == self.default_name}
+        return model_entry(facts, engine=engine, state=state, users=users, expires=expires,
+                           default=slot.name == self.default_name, store=self.store, defaults=self.defaults)
 
     def snapshot(self) -> dict[str, Any]:
         """The engine-style picture of the pool (/health): the model in
         front (the default when loaded, else the one used last), the loaded
         ones, a load in progress, the generation, the last error."""
-        if self._fixed is not None:
-            snap = self._fixed.snapshot()
-            model = snap["model"]
-            snap["loading"] = None
-            snap["loaded"] = [{"name": self.default_name, "id": model["id"], "kind": model.get("kind"),
-                               "context_limit": model.get("context_limit")}] if model["state"] == "loaded" else []
-            return snap
         with self._cond:
             loaded = [s for s in self._slots.values() if s.state == "loaded" and s.engine is not None]
             loading, last_error = self._loading, self._last_error
@@ -620,29 +538,17 @@ class ModelPool:
         server_launcher()[1](self)
 
     def require_ready_for_server(self) -> None:
-        if self._fixed is not None:
-            self._fixed.require_model_for_server()
-        elif self._server_state != "stopped":
+        if self._server_state != "stopped":
             raise MnnEngineError("server_running", f"the server is already {self._server_state}")
 
     def set_server_state(self, state: str, address: str | None = None) -> None:
-        if self._fixed is not None:
-            self._fixed.set_server_state(state, address)
-            return
         with self._cond:
             self._server_state, self._server_address = state, address
         self.events.emit("server", state, address=address)
 
     def pull(self, spec: str, **options: Any) -> ModelInfo:
         """``store.pull`` with the pool's events (``Engine.pull``'s)."""
-        if self._fixed is not None:
-            return self._fixed.pull(spec, **options)
         return pull_with_events(self.store, self.events, spec, **options)
-
-
-def _directory_bytes(path: Path) -> int:
-    """What a model directory's files take on disk (its top level: MNN's files are there)."""
-    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
 
 
 def check_keep_alive(seconds: Any) -> float | None:
@@ -653,22 +559,3 @@ def check_keep_alive(seconds: Any) -> float | None:
         raise MnnEngineError("invalid_argument", f"keep_alive must be a number of seconds (got {seconds!r})",
                              param="keep_alive")
     return None if seconds < 0 or seconds == float("inf") else float(seconds)
-
-
-def _names(asked: str, *names: str | None) -> bool:
-    """Whether ``asked`` names one of ``names``: itself, or once both are
-    slugged (``Qwen3-0.6B``, ``qwen3:0.6b``, ``tiny:latest`` name ``qwen3-0-6b``, ``tiny``)."""
-    wanted = _slug(asked)
-    return bool(wanted) and any(n and (n == asked or _slug(n) == wanted) for n in names)
-
-
-def _slug(name: str) -> str:
-    try:
-        return model_id_from_name(name.strip().removesuffix(":latest"))
-    except MnnEngineError:
-        return ""
-
-
-def _not_found(asked: str) -> MnnEngineError:
-    # Ollama's words (server/routes.go): model "x" not found, try pulling it first
-    return MnnEngineError("model_not_found", f'model "{asked}" not found, try pulling it first', param="model")

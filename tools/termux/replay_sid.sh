@@ -16,8 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 CACHE=$HOME/.cache/mnn-engine
-PACKAGES="python3 python3-venv python3-pip python3-pip-whl g++ g++-aarch64-linux-gnu ccache git file patch \
-xz-utils dpkg-dev ninja-build ca-certificates mmdebstrap qemu-user-static binfmt-support util-linux"
+PACKAGES="python3 python3-dev python3-venv python3-pip python3-pip-whl g++ g++-aarch64-linux-gnu ccache git file patch \
+xz-utils dpkg-dev ninja-build ca-certificates mmdebstrap arch-test qemu-user-static binfmt-support util-linux mount"
 HOST=$CACHE/sid-amd64-$(echo "$PACKAGES" | sha256sum | cut -c1-12)
 if [ ! -x "$HOST/usr/bin/python3" ]; then
 	rm -rf "$HOST.tmp"
@@ -26,10 +26,15 @@ if [ ! -x "$HOST/usr/bin/python3" ]; then
 	mv "$HOST.tmp" "$HOST"
 fi
 cp /etc/resolv.conf "$HOST/etc/resolv.conf"
+# the host's CA bundle: it may hold a proxy's certificate authority that pip needs (as tools/arm/root.sh)
+CA=/etc/ssl/certs/host-ca-certificates.crt
+cp /etc/ssl/certs/ca-certificates.crt "$HOST$CA"
+in_host() { chroot "$HOST" /usr/bin/env -i HOME="$HOME" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+	LANG=C.UTF-8 PIP_CERT=$CA SSL_CERT_FILE=$CA REQUESTS_CA_BUNDLE=$CA GIT_SSL_CAINFO=$CA "$@"; }
 # release_sdist.py's python: meson-python and what it builds with
 if [ ! -x "$HOST/opt/sdist-venv/bin/python" ]; then
-	chroot "$HOST" /usr/bin/python3 -m venv /opt/sdist-venv
-	chroot "$HOST" /opt/sdist-venv/bin/pip install -q meson-python meson ninja cython
+	in_host /usr/bin/python3 -m venv /opt/sdist-venv
+	in_host /opt/sdist-venv/bin/pip install -q meson-python meson ninja cython
 fi
 
 mounts=()
@@ -41,15 +46,17 @@ bind() {  # bind SOURCE: at the same path inside the chroot
 unmount_all() {
 	local m
 	for m in "${mounts[@]}"; do umount -R "$m" 2>/dev/null || true; done
+	umount "$HOST" 2>/dev/null || true
 }
 trap unmount_all EXIT
+# the chroot's / a mount point of its own: replay.sh unshares a private mount namespace in it
+mountpoint -q "$HOST" || mount --bind "$HOST" "$HOST"
 for dir in /proc /sys /dev "$ROOT" "$(cd "$ROOT/../shared" && pwd)" "$CACHE" \
 	"${MNN_ENGINE_TERMUX_PACKAGES:-/work/.mirror/termux+termux-packages/repo}" \
 	"${MNN_ENGINE_TERMUX_ELF_CLEANER:-/work/.mirror/termux+termux-elf-cleaner/repo}"; do
 	bind "$dir"
 done
-chroot "$HOST" /usr/bin/env -i HOME="$HOME" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-	LANG=C.UTF-8 MNN_ENGINE_ARM_SUITE=sid MNN_ENGINE_PYTHON=/opt/sdist-venv/bin/python \
+in_host MNN_ENGINE_ARM_SUITE=sid MNN_ENGINE_PYTHON=/opt/sdist-venv/bin/python \
 	${MNN_ENGINE_TERMUX_PACKAGES:+MNN_ENGINE_TERMUX_PACKAGES=$MNN_ENGINE_TERMUX_PACKAGES} \
 	${MNN_ENGINE_TERMUX_ELF_CLEANER:+MNN_ENGINE_TERMUX_ELF_CLEANER=$MNN_ENGINE_TERMUX_ELF_CLEANER} \
 	${MNN_ENGINE_REPLAY_DEVICE_ONLY:+MNN_ENGINE_REPLAY_DEVICE_ONLY=$MNN_ENGINE_REPLAY_DEVICE_ONLY} \

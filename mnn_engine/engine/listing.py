@@ -1,0 +1,94 @@
+"""What a served model is, and how a server lists it: a model's facts, read
+from its files (``read_facts``: off the IOLoop), and the one entry shape
+/v1/models, /api/tags, /api/ps and /health show (``model_entry``). The pool
+(``engine.pool``) and the single-model server (``engine.single``) both list
+their models through here."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import MnnEngineError, is_int
+from ..runtime.llm import DEFAULT_CONTEXT
+from ..runtime.model_files import CONFIG_NAME, model_files, model_kind, read_config
+from ..store.models import ModelStore
+from .engine import Engine, model_options
+
+#: an expiry shown for a model that never expires (/api/ps)
+NEVER = float("inf")
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the server tells about a model without loading it."""
+
+    name: str
+    model_id: str | None
+    path: Path
+    kind: str  # "chat" or "embedding"
+    is_visual: bool
+    size_bytes: int
+    created: float
+    context_length: int = DEFAULT_CONTEXT  # its config's (MNN's max_all_tokens), before any load option
+    is_audio: bool = False
+    config: dict[str, Any] = field(default_factory=dict, compare=False)  # its merged config.json
+
+
+def read_facts(store: ModelStore, name: str, model_id: str | None, target: str) -> ModelFacts:
+    """The facts of the model served as ``name``: the store's ``model_id``,
+    else the model directory ``target``. Reads its files: off the IOLoop."""
+    if model_id is not None:
+        info = store.get(model_id)
+        path, size, created = Path(info.path), info.size_bytes, info.created
+    else:
+        path = Path(target)
+        size = directory_bytes(path)
+        created = path.stat().st_mtime
+    config = read_config(path / CONFIG_NAME)
+    kind = model_kind(model_files(path / CONFIG_NAME, config)["llm_model"])
+    context = config.get("max_all_tokens")
+    context = context if is_int(context) and context > 1 else DEFAULT_CONTEXT
+    return ModelFacts(name, model_id, path, kind, bool(config.get("is_visual")), size, created, context,
+                      bool(config.get("is_audio")), config)
+
+
+def facts_are_stale(store: ModelStore, facts: ModelFacts) -> bool:
+    """Whether a store model was replaced since ``facts`` were read (pull --update, import --replace)."""
+    if facts.model_id is None:
+        return False
+    try:
+        return store.path(facts.model_id).stat().st_mtime != facts.created
+    except OSError:
+        return False
+
+
+def directory_bytes(path: Path) -> int:
+    """What a model directory's files take on disk (its top level: MNN's files are there)."""
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+
+
+def model_entry(facts: ModelFacts, *, engine: Engine | None, state: str, users: int, expires: float,
+                default: bool, store: ModelStore, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """A served model's entry: its facts, its state, and the context it has
+    (loaded) or would load with (its options over ``defaults``)."""
+    context = None
+    if engine is not None:
+        with contextlib.suppress(MnnEngineError):
+            context = engine.llm.context_limit
+    if context is None:  # what it would load with
+        context = facts.context_length
+        with contextlib.suppress(MnnEngineError):
+            context = model_options(store, facts.model_id, defaults=defaults).context_length or context
+    if users or state != "loaded" or expires == NEVER:
+        expires_at = None
+    else:
+        expires_at = time.time() + max(0.0, expires - time.monotonic())
+    return {"name": facts.name, "id": facts.model_id, "path": str(facts.path), "state": state,
+            "loaded": engine is not None, "kind": facts.kind, "vision": facts.is_visual,
+            "size_bytes": facts.size_bytes, "created": facts.created, "context_length": context,
+            "in_use": users, "expires_at": expires_at, "default": default}
