@@ -46,8 +46,12 @@ def build_sdist(out: Path, prefix: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     code = ("import json, sys, mesonpy; "
             "print(mesonpy.build_sdist(sys.argv[1], {'setup-args': json.loads(sys.argv[2])}))")
+    # meson-python runs the `meson` on PATH: this environment's first (where its meson-python is)
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     done = subprocess.run([sys.executable, "-c", code, str(out), json.dumps(_system_args(prefix))], cwd=REPO,
-                          check=True, capture_output=True, text=True)
+                          capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"meson-python's sdist failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
     return out / done.stdout.strip().splitlines()[-1]
 
 
