@@ -41,18 +41,23 @@ def _system_args(prefix: Path) -> list[str]:
     return ["-Dmnn=system", f"-Dmnn_prefix={prefix}"]
 
 
+def _run(what: str, args: list[str], **env: str) -> str:
+    """Run ``args`` with this environment's tools first on PATH (meson-python
+    runs the ``meson`` it finds there); its output, or SystemExit saying why."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, env=dict(os.environ, PATH=path, **env))
+    if done.returncode != 0:
+        raise SystemExit(f"{what} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return done.stdout
+
+
 def build_sdist(out: Path, prefix: Path) -> Path:
     """meson-python's sdist of the committed tree (configured in system mode: no MNN build)."""
     out.mkdir(parents=True, exist_ok=True)
     code = ("import json, sys, mesonpy; "
             "print(mesonpy.build_sdist(sys.argv[1], {'setup-args': json.loads(sys.argv[2])}))")
-    # meson-python runs the `meson` on PATH: this environment's first (where its meson-python is)
-    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-    done = subprocess.run([sys.executable, "-c", code, str(out), json.dumps(_system_args(prefix))], cwd=REPO,
-                          capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        raise SystemExit(f"meson-python's sdist failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    return out / done.stdout.strip().splitlines()[-1]
+    done = _run("meson-python's sdist", [sys.executable, "-c", code, str(out), json.dumps(_system_args(prefix))])
+    return out / done.strip().splitlines()[-1]
 
 
 def check_offline_build(sdist: Path, prefix: Path) -> dict[str, object]:
@@ -63,10 +68,9 @@ def check_offline_build(sdist: Path, prefix: Path) -> dict[str, object]:
             names = tar.getnames()
         if any("/subprojects/MNN/" in n for n in names):
             raise SystemExit(f"{sdist.name} carries an MNN source tree")
-        env = dict(os.environ, PIP_NO_INDEX="1")
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                        "-w", tmp, *[f"-Csetup-args={a}" for a in _system_args(prefix)], str(sdist)],
-                       check=True, env=env, capture_output=True, text=True)
+        _run("the offline build of the sdist",
+             [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+              "-w", tmp, *[f"-Csetup-args={a}" for a in _system_args(prefix)], str(sdist)], PIP_NO_INDEX="1")
         (wheel,) = Path(tmp).glob("mnn_engine-*.whl")
         with zipfile.ZipFile(wheel) as z:
             held = set(z.namelist())
