@@ -172,7 +172,7 @@ class PreparedGeneration:
 
 class ModelClaim:
     """A model claimed for one generation, scoring or embedding run (``Llm.claim``):
-    a lease that keeps the native core alive and the model's one generation
+    a pin that keeps the native core alive, and the model's one generation
     lock. "One generation at a time" is this lock and nothing else; ``busy``
     is its refusal. ``release()`` gives both back (once; later calls do nothing)."""
 

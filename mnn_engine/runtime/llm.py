@@ -207,15 +207,17 @@ class Llm:
         #: what is computed once per loaded model (e.g. the grammar engine's tokenizer); emptied by load and close
         self.load_cache: dict[str, Any] = {}
         self._finalizer: weakref.finalize | None = None
-        # _state_lock orders load/close; every native call holds a lease on
-        # the core (_users), and close() frees the core only when the last
-        # lease is returned; _generation_lock admits one generation at a time.
+        # _state_lock orders load/close; every native call pins the core
+        # (_pins), and close() frees the core only when the last pin is
+        # taken out; _generation_lock admits one generation at a time. (A
+        # pin is the core's; a claim, ModelClaim, is one generation's; a
+        # lease, engine.pool.Lease, is one request's hold on a served model.)
         self._generation_lock = threading.Lock()
         self._state_lock = threading.RLock()
         self._template_lock = threading.Lock()
-        self._users = 0
+        self._pins = 0
         self._generating_thread: int | None = None  # the thread inside the native loop (its callbacks run there)
-        self._users_cond = threading.Condition()
+        self._pins_cond = threading.Condition()
         self._vocab_size = 0
         self._context_limit = DEFAULT_CONTEXT
         self._sampling_defaults: dict[str, Any] = {}
@@ -394,14 +396,14 @@ class Llm:
                                  "model's own generation callback, which close would wait for forever: close the "
                                  "model after the generation returns")
         with self._state_lock:
-            with self._users_cond:
+            with self._pins_cond:
                 core, self._core = self._core, None
             if core is None:
                 return
             self.load_cache.clear()
             core.cancel()
-            with self._users_cond:
-                self._users_cond.wait_for(lambda: self._users == 0)
+            with self._pins_cond:
+                self._pins_cond.wait_for(lambda: self._pins == 0)
             if self._finalizer is not None:
                 self._finalizer()
                 self._finalizer = None
@@ -442,28 +444,28 @@ class Llm:
         """The model's own sampler settings, used for options left unset."""
         return dict(self._sampling_defaults)
 
-    def _lease(self) -> _mnn.LlmCore:
-        """The core, kept alive until the matching _release()."""
-        with self._users_cond:
+    def _pin(self) -> _mnn.LlmCore:
+        """The core, kept alive until the matching _unpin()."""
+        with self._pins_cond:
             core = self._core
             if core is None:
                 raise MnnEngineError("model_not_loaded", f"{self.model_dir.name}: call load() first")
-            self._users += 1
+            self._pins += 1
             return core
 
-    def _release(self) -> None:
-        with self._users_cond:
-            self._users -= 1
-            if self._users == 0:
-                self._users_cond.notify_all()
+    def _unpin(self) -> None:
+        with self._pins_cond:
+            self._pins -= 1
+            if self._pins == 0:
+                self._pins_cond.notify_all()
 
     @contextlib.contextmanager
     def _using(self) -> Iterator[_mnn.LlmCore]:
-        core = self._lease()
+        core = self._pin()
         try:
             yield core
         finally:
-            self._release()
+            self._unpin()
 
     # ------------------------------------------------------------------ text
     def tokenize(self, text: str, *, limit: int | None = None) -> list[int]:
@@ -777,15 +779,15 @@ class Llm:
         ``busy`` at once if another holds it, the one place where "one
         generation at a time" is enforced. A cancel from then on applies to
         the claimer's run. ``release()`` the claim (or use it in ``with``)."""
-        core = self._lease()
+        core = self._pin()
         if not self._generation_lock.acquire(blocking=False):
-            self._release()
+            self._unpin()
             raise MnnEngineError("busy", "a generation is already running on this model")
         core.clear_cancel()
 
         def give_back() -> None:
             self._generation_lock.release()
-            self._release()
+            self._unpin()
 
         return ModelClaim(core, give_back)
 
