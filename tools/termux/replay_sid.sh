@@ -9,6 +9,8 @@
 # Usage (as root, from a checkout): tools/termux/replay_sid.sh
 #
 # The chroot (made with mmdebstrap once, kept under ~/.cache/mnn-engine)
+# has what termux-packages' scripts/setup-ubuntu.sh gives its builder and
+# the replay uses (patchelf: meson-python runs it) and
 # sees this checkout, the vendored MNN tarball, the caches and the
 # termux-packages / termux-elf-cleaner git directories at the same paths;
 # its results land where replay.sh writes them (build/termux-replay/sid/).
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/../.."
 ROOT=$PWD
 CACHE=$HOME/.cache/mnn-engine
 PACKAGES="python3 python3-dev python3-venv python3-pip python3-pip-whl g++ g++-aarch64-linux-gnu ccache git file patch \
-xz-utils dpkg-dev ninja-build ca-certificates mmdebstrap arch-test qemu-user-static binfmt-support util-linux mount"
+xz-utils dpkg-dev ninja-build patchelf ca-certificates mmdebstrap arch-test qemu-user-static binfmt-support util-linux mount"
 HOST=$CACHE/sid-amd64-$(echo "$PACKAGES" | sha256sum | cut -c1-12)
 if [ ! -x "$HOST/usr/bin/python3" ]; then
 	rm -rf "$HOST.tmp"
