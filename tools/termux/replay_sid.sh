@@ -28,9 +28,11 @@ if [ ! -x "$HOST/usr/bin/python3" ]; then
 	mv "$HOST.tmp" "$HOST"
 fi
 cp /etc/resolv.conf "$HOST/etc/resolv.conf"
-# the host's CA bundle: it may hold a proxy's certificate authority that pip needs (as tools/arm/root.sh)
+# the host's CA bundle: it may hold a proxy's certificate authority that pip needs (as tools/arm/root.sh);
+# also as the chroot's own bundle, which tools/arm/root.sh copies on into the arm64 root for the device's pip
 CA=/etc/ssl/certs/host-ca-certificates.crt
 cp /etc/ssl/certs/ca-certificates.crt "$HOST$CA"
+cp /etc/ssl/certs/ca-certificates.crt "$HOST/etc/ssl/certs/ca-certificates.crt"
 in_host() { chroot "$HOST" /usr/bin/env -i HOME="$HOME" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 	LANG=C.UTF-8 PIP_CERT=$CA SSL_CERT_FILE=$CA REQUESTS_CA_BUNDLE=$CA GIT_SSL_CAINFO=$CA "$@"; }
 # release_sdist.py's python: meson-python and what the build (and its offline check) runs
