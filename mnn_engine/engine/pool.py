@@ -191,9 +191,8 @@ class ModelPool:
         ``qwen3:0.6b`` and ``tiny:latest``); none named: the default (the
         preloaded model, else the one used last). ``model_not_found`` for
         anything else, with the pull command for a catalog name not pulled
-        yet: a request never downloads. Its names are
-        every name it serves: ``strict`` is the protocol's (``SingleModel``
-        reads it), a pool's names are always strict."""
+        yet: a request never downloads. ``strict`` is the protocol's
+        (``SingleModel`` reads it): a pool's names are always strict."""
         if asked is not None and not isinstance(asked, str):
             raise MnnEngineError("invalid_argument", "'model' must be a string", param="model")
         if not asked:

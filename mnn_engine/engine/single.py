@@ -60,7 +60,9 @@ class SingleModel:
         return self.default_name
 
     def try_acquire(self, name: str) -> SingleLease:
-        """A lease on the one model (never blocks)."""
+        """A lease on the one model (never blocks); ``name`` is what ``resolve`` answered."""
+        if name != self.default_name:  # a name resolve never gives: a caller's mistake, not silently the model
+            raise model_not_found(name)
         with self._lock:
             self._users += 1
         return SingleLease(self)
