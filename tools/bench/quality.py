@@ -46,7 +46,8 @@ CACHE = Path.home() / ".cache" / "mnn-engine" / "quality"
 MODEL_TOOLS = REPO / "tools" / "models"
 TASKS = ["mnn_quality_facts", "mnn_quality_arithmetic"]
 #: MNN export settings compared (llmexport's flags beside --quant_bit/--quant_block); the first is the
-#: test model's (tools/models/build_test_models.py's INT4), the catalog's and `models convert`'s default
+#: test model's (tools/models/build_test_models.py's INT4) and llmexport's default; the last int4 row with an 8-bit
+#: head is what tools/models/export_mnn.py exports when told no setting (tools/models/export_settings.py)
 VARIANTS = {
     "int4 block 64 asym (default)": ["--quant_bit", "4", "--quant_block", "64"],
     "int4 block 32": ["--quant_bit", "4", "--quant_block", "32"],

@@ -15,6 +15,10 @@
    and its audio tower's layers are called as transformers 5 defines them
    (``layer(hidden_states, attention_mask)`` returning the tensor, not a tuple).
 
+4. With no quantisation flag named, the export uses the settings the quality
+   table chose (``export_settings.py``: int4 in blocks of 32, the output head
+   at 8 bits) instead of llmexport's (blocks of 64, the head at 4 bits).
+
 Usage: the same arguments as ``llmexport``.
 """
 
@@ -28,6 +32,7 @@ if _spec is None or _spec.origin is None:
     sys.exit("llmexport is not installed in this environment")
 sys.path.insert(0, os.path.dirname(_spec.origin))
 
+from export_settings import with_quant_defaults  # noqa: E402 - beside this file (a script's directory is on sys.path)
 from llmexport import main  # noqa: E402
 from utils import audio as _audio  # noqa: E402 - llmexport's own modules (its directory is on sys.path)
 from utils.model_mapper import ModelMapper  # noqa: E402
@@ -68,4 +73,5 @@ def _qwen2_audio_forward(self, input_features):  # llmexport's Qwen2Audio.forwar
 _audio.Qwen2Audio.forward = _qwen2_audio_forward
 
 if __name__ == "__main__":
+    sys.argv[1:] = with_quant_defaults(sys.argv[1:])
     sys.exit(main())
