@@ -19,9 +19,10 @@ with captured_native_output():  # the engine prints CPU features when it loads
 
         raise ImportError(explain(__path__[0])) from exc
 
-from .engine.engine import Engine, LoadOptions, install_server_launcher
+from .engine.engine import Engine, install_server_launcher
 from .engine.events import Event, LogEntry
 from .engine.pool import ModelPool
+from .engine.settings import LoadOptions
 from .runtime.build import backend_capabilities, build_info
 from .runtime.embedding import EmbeddingResult
 from .runtime.generation import GenerationResult, ScoreResult, TokenLogprob

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import base64
 import json
-import math
-import re
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import invalid, is_number
+from ..errors import invalid
+from ..options import keep_alive_seconds
 from ..runtime.generation import GenerationResult
 from .openai_chat import ChatRequest, MediaPolicy, arguments_object, finish_reason, parse_chat_request
 
@@ -35,53 +34,12 @@ def tagged(name: str) -> str:
     return name if ":" in name else f"{name}:latest"
 
 
-#: Go's time.ParseDuration units, in seconds (Ollama's keep_alive strings are Go durations)
-_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_GO_DURATION = re.compile(r"([0-9]*\.?[0-9]*)(ns|us|µs|μs|ms|s|m|h)")
-
-
-def go_duration_seconds(text: str) -> float:
-    """Go's ``time.ParseDuration`` ("5m", "1h30m", "-1m", "0", "1.5s"), in
-    seconds; ``ValueError`` for anything Go refuses (a bare "300" too)."""
-    body = text[1:] if text[:1] in "+-" else text
-    if body == "0":
-        return 0.0
-    total, at = 0.0, 0
-    while at < len(body):
-        match = _GO_DURATION.match(body, at)
-        if match is None or match.group(1) in ("", "."):
-            raise ValueError(f"time: invalid duration {text!r}")
-        total += float(match.group(1)) * _GO_UNITS[match.group(2)]
-        at = match.end()
-    if not body:
-        raise ValueError(f"time: invalid duration {text!r}")
-    return -total if text.startswith("-") else total
-
-
 def keep_alive_field(body: Mapping[str, Any]) -> Any:
     """A request's ``keep_alive`` (``keep_alive_seconds``); ``...`` when the
     request has none (the server's default applies)."""
     if "keep_alive" not in body or body["keep_alive"] is None:
         return ...
     return keep_alive_seconds(body["keep_alive"])
-
-
-def keep_alive_seconds(value: Any) -> float | None:
-    """A keep-alive as api/types.go's ``Duration.UnmarshalJSON`` reads it: a
-    number of seconds or a Go duration string (``"5m"``; a bare ``"300"`` is
-    refused, as Go refuses it); negative: forever (None)."""
-    if isinstance(value, str):
-        try:
-            seconds = go_duration_seconds(value)
-        except ValueError as exc:
-            raise invalid("keep_alive", f"{exc} (a duration such as \"5m\", or seconds)") from exc
-    elif is_number(value):
-        seconds = float(value)
-    else:
-        raise invalid("keep_alive", f"Unsupported type: '{type(value).__name__}'")
-    if math.isnan(seconds):
-        raise invalid("keep_alive", "keep_alive is not a number")
-    return None if seconds < 0 or math.isinf(seconds) else seconds
 
 
 def sampling_options(body: Mapping[str, Any]) -> dict[str, Any]:

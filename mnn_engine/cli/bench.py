@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from ..engine.engine import LoadOptions
+from ..engine.settings import LoadOptions
 from ..errors import MnnEngineError, invalid, is_int
 from ..runtime.build import require_backend
 from ..runtime.llm import Llm

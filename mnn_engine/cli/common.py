@@ -5,25 +5,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..engine.engine import MEMORY_MODES, PRECISIONS
+from ..engine.settings import LoadOptions
 from ..errors import MnnEngineError
 from ..hub import catalog
-from ..runtime.build import BACKENDS
-from ..runtime.llm import DEFAULT_DRAFT_TOKENS
-from ..runtime.sampling import MAX_DRAFT_TOKENS, SPECULATIVE
 from ..store.models import ModelStore
-
-_LOAD_FLAGS = {"backend": "backend", "use_mmap": "mmap", "precision": "precision", "threads": "threads",
-               "dynamic_option": "dynamic_option", "quant_qkv": "kv_quant", "context_length": "context_length",
-               "prompt_cache": "prompt_cache", "memory": "memory", "speculative": "speculative",
-               "draft_tokens": "draft_tokens"}
+from .flags import add_flags, given
 
 
 def print_json(data: Any) -> None:
@@ -72,8 +64,7 @@ def show_progress(args: argparse.Namespace) -> bool:
 
 def load_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The load options given on the command line (the rest come from the model's preset)."""
-    given = {field: getattr(args, flag) for field, flag in _LOAD_FLAGS.items()}
-    return {field: value for field, value in given.items() if value is not None}
+    return given(LoadOptions, args)
 
 def pull_if_missing(args: argparse.Namespace) -> None:
     """A catalog name not in the store yet is pulled before a load (asking
@@ -100,53 +91,9 @@ def pull_if_missing(args: argparse.Namespace) -> None:
     info = store.pull(name, source=args.source, progress=progress_bar("pulling") if sys.stderr.isatty() else None)
     args.model = info.id
 
-def port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
-    return port
-
-def body_mb(text: str) -> float:
-    try:
-        size = float(text)
-    except ValueError:
-        size = math.nan
-    if not (math.isfinite(size) and 0 < size <= 1024):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size in MiB from 0 to 1024")
-    return size
-
 def add_load_options(parser: argparse.ArgumentParser) -> None:
-    """Load flags; each one not given comes from the model's tuned preset, else the default."""
-    parser.add_argument("--backend", choices=BACKENDS, default=None, help="default cpu")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="1..8 (default: the performance cores this process may use, at most 4)")
-    parser.add_argument("--mmap", action=argparse.BooleanOptionalAction, default=None,
-                        help="memory-map the weights from a cache in the store (default: on)")
-    parser.add_argument("--precision", choices=PRECISIONS, default=None, help="default low")
-    parser.add_argument("--dynamic-option", type=int, default=None, help="MNN's dynamic_option 0..8")
-    parser.add_argument("--kv-quant", type=int, default=None,
-                        help="MNN's KV-cache quantisation quant_qkv: 0 off (default), 1 or 2 quantised keys "
-                             "(faster decode, slightly different outputs)")
-    parser.add_argument("--context-length", type=int, default=None, metavar="N",
-                        help="tokens of context (prompt + answer; MNN's max_all_tokens); fewer bounds the KV "
-                             "cache's memory (default: the model's config)")
-    parser.add_argument("--prompt-cache", action=argparse.BooleanOptionalAction, default=None,
-                        help="keep the KV cache between generations and prefill only what changed (default: on; "
-                             "outputs are the same either way)")
-    parser.add_argument("--memory", choices=MEMORY_MODES, default=None,
-                        help="MNN's weight mode: low (int4 weights, the fastest decode) or normal/high (float "
-                             "weights, several times the memory) (default: the model's, usually low)")
-    parser.add_argument("--speculative", choices=("auto", *SPECULATIVE), default=None,
-                        help="speculative decoding: ngram drafts tokens by prompt lookup and verifies them in one "
-                             "forward, keeping only what the sampler draws; auto (the default) turns it on with "
-                             "float weights, where it changes no token, and off with low-memory int4 weights, "
-                             "where MNN's batched kernels make outputs drift")
-    parser.add_argument("--draft-tokens", type=int, default=None, metavar="N",
-                        help=f"most draft tokens one verification checks, 1..{MAX_DRAFT_TOKENS} "
-                             f"(default {DEFAULT_DRAFT_TOKENS})")
+    """``LoadOptions``' flags; each one not given comes from the model's tuned preset, else the default."""
+    add_flags(parser, LoadOptions, unset=True)
 
 def add_url_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", metavar="URL", help="use the model of the server running at URL (e.g. "

@@ -8,7 +8,8 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from ..engine.engine import LoadOptions, model_options
+from ..engine.engine import model_options
+from ..engine.settings import LoadOptions
 from ..hub import catalog
 from ..runtime.build import build_info
 from ..store.layout import ModelInfo, model_id_from_name

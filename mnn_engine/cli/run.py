@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
-from ..engine.engine import Engine, LoadOptions, model_options
+from ..engine.engine import Engine, model_options
+from ..engine.settings import LoadOptions
 from ..errors import MnnEngineError
 from ..runtime import media
 from ..runtime.media_header import MediaRefused, read_image_header

@@ -23,121 +23,28 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..errors import MnnEngineError, invalid, is_int
-from ..runtime.build import BACKENDS, backend_capabilities, require_backend
-from ..runtime.device import default_threads
+from ..errors import MnnEngineError
+from ..runtime.build import backend_capabilities, require_backend
 from ..runtime.embedding import EmbeddingResult, embedding_inputs
 from ..runtime.generation import GenerationResult, ScoreResult
-from ..runtime.llm import DEFAULT_DRAFT_TOKENS, Llm, check_quant_qkv, check_speculative
+from ..runtime.llm import Llm
 from ..runtime.prompt import Prompt, chat_messages
 from ..runtime.streaming import astream_pieces, stream_pieces
 from ..store.layout import ModelInfo, ModelLock
 from ..store.models import ModelStore
 from .events import EventStream, LogBuffer
 from .protocol import ServerLauncher
+from .settings import LoadOptions
 
 log = logging.getLogger("mnn_engine.engine")
 
-PRECISIONS = ("low", "high")
-#: MNN's weight modes: int4 weights with int8 activations, or float weights
-MEMORY_MODES = ("low", "normal", "high")
-MAX_THREADS = 8
-MIN_CONTEXT = 16
 #: how long a submit waits for a cancelled generation to stop (one token; a
 #: slow prefill chunk at most) before it is ``busy``
 CANCELLED_WAIT_S = 30.0
-
-
-@dataclass(frozen=True)
-class LoadOptions:
-    """How to load a model: ``backend`` (cpu, opencl, vulkan; hexagon is
-    experimental), ``use_mmap`` (default on: MNN writes its prepared weights to a
-    cache file in the model's cache directory on the first load and maps them
-    afterwards, so later loads take tens of milliseconds instead of seconds and
-    the weights stay reclaimable page cache; see docs/benchmarks.md),
-    ``precision`` (low or high), ``threads`` (1..8; default: the performance
-    cores this process may use, at most 4, see ``mnn_engine.runtime.device``), MNN's ``dynamic_option``
-    (0..8; None keeps MNN's default), which trades memory for speed in its
-    low-memory int4/int8 kernels, ``context_length`` (MNN's ``max_all_tokens``: prompt and answer
-    together; None keeps the model's), and MNN's KV-cache quantisation ``quant_qkv`` (None or 0: float keys and values;
-    1 and 2: quantised keys, faster decode, slightly different outputs; in
-    MNN 3.6.1 both give the same results). Modes 3 and 4 are refused: with
-    MNN 3.6.1 mode 3 produces garbage text on real models and mode 4
-    corrupts the heap on Qwen3-shaped ones. ``prompt_cache`` keeps the KV cache
-    between generations (``Llm(prompt_cache=...)``; on by default, exact).
-    ``memory`` is MNN's weight mode (None: the model's, usually "low": int4
-    weights, the fastest decode; "normal"/"high": float weights, more
-    memory). ``speculative`` (``"auto"``: on with float weights, where it
-    changes no token, off in "low" mode; ``"ngram"``; ``"off"``) and
-    ``draft_tokens`` are the model's speculative-decoding defaults (see
-    ``Llm``); requests may override them.
-    """
-
-    backend: str = "cpu"
-    use_mmap: bool = True
-    precision: str = "low"
-    threads: int = field(default_factory=default_threads)
-    dynamic_option: int | None = None
-    quant_qkv: int | None = None
-    context_length: int | None = None
-    prompt_cache: bool = True
-    memory: str | None = None
-    speculative: str = "auto"
-    draft_tokens: int = DEFAULT_DRAFT_TOKENS
-
-    def validate(self) -> LoadOptions:
-        if self.backend not in BACKENDS:
-            raise invalid("backend", f"must be one of {', '.join(BACKENDS)} (got {self.backend!r})")
-        if self.precision not in PRECISIONS:
-            raise invalid("precision", f"must be low or high (got {self.precision!r})")
-        if not is_int(self.threads) or not 1 <= self.threads <= MAX_THREADS:
-            raise invalid("threads", f"must be an integer from 1 to {MAX_THREADS} (got {self.threads!r})")
-        for name in ("use_mmap", "prompt_cache"):
-            if not isinstance(getattr(self, name), bool):
-                raise invalid(name, "must be true or false")
-        if self.dynamic_option is not None and (not is_int(self.dynamic_option)
-                                                or self.dynamic_option not in range(9)):
-            raise invalid("dynamic_option", f"must be an integer from 0 to 8 (got {self.dynamic_option!r})")
-        check_quant_qkv(self.quant_qkv)
-        check_speculative(self.speculative, self.draft_tokens)
-        if self.memory is not None and self.memory not in MEMORY_MODES:
-            raise invalid("memory", f"must be one of {', '.join(MEMORY_MODES)} (got {self.memory!r})")
-        if self.context_length is not None and (not is_int(self.context_length)
-                                                or not MIN_CONTEXT <= self.context_length <= 2**31 - 1):
-            raise invalid("context_length", f"must be an integer of at least {MIN_CONTEXT} "
-                                            f"(got {self.context_length!r})")
-        return self
-
-    def mnn_config(self, cache_dir: Path) -> dict[str, Any]:
-        """The MNN config keys these options set."""
-        config: dict[str, Any] = {
-            "backend_type": self.backend,
-            "thread_num": self.threads,
-            "precision": self.precision,
-            "use_mmap": self.use_mmap,
-            "tmp_path": str(cache_dir),
-        }
-        if self.dynamic_option is not None:
-            config["dynamic_option"] = self.dynamic_option
-        if self.quant_qkv is not None:
-            config["quant_qkv"] = self.quant_qkv
-        if self.context_length is not None:
-            config["max_all_tokens"] = self.context_length
-        if self.memory is not None:
-            config["memory"] = self.memory
-        return config
-
-    def updated(self, overrides: Mapping[str, Any]) -> LoadOptions:
-        """These options with ``overrides`` (field names) over them, checked:
-        ``invalid_argument`` for an unknown name or a bad value."""
-        try:
-            return replace(self, **dict(overrides)).validate()
-        except TypeError as exc:
-            raise invalid("options", str(exc)) from exc
 
 
 def _options_from(options: LoadOptions | None, overrides: Mapping[str, Any]) -> LoadOptions:

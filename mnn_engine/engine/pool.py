@@ -44,19 +44,15 @@ from ..runtime.memory import give_back_memory, total_memory_bytes
 from ..runtime.model_files import CONFIG_NAME
 from ..store.layout import ModelInfo, served_name
 from ..store.models import ModelStore
-from .engine import Engine, LoadOptions, model_options, pull_with_events, server_launcher
+from .engine import Engine, model_options, pull_with_events, server_launcher
 from .events import EventStream
 from .listing import NEVER, ModelFacts, directory_bytes, facts_are_stale, model_entry, read_facts
 from .naming import model_not_found, names
+from .protocol import ACQUIRE_TIMEOUT_S
+from .settings import DEFAULT_KEEP_ALIVE_S, MOST_LOADED, SMALL_DEVICE_BYTES, LoadOptions
 
 log = logging.getLogger("mnn_engine.pool")
 
-#: Ollama's default keep-alive (docs/api.md: "default: 5m")
-DEFAULT_KEEP_ALIVE_S = 300.0
-#: below this much RAM a device holds one model at a time (a phone: a 0.6B and a 4B model do not fit together)
-SMALL_DEVICE_BYTES = 8 * 2**30
-#: Ollama's default OLLAMA_MAX_LOADED_MODELS on a CPU (3 per GPU, 3 without one)
-MOST_LOADED = 3
 #: the share of RAM loaded models may take together (the rest: the KV caches, the system, other apps)
 MEMORY_SHARE = 0.5
 
@@ -240,7 +236,7 @@ class ModelPool:
         assert slot.engine is not None
         return Lease(self, slot, slot.engine)
 
-    def acquire(self, name: str, timeout: float = 60.0) -> Lease:
+    def acquire(self, name: str, timeout: float = ACQUIRE_TIMEOUT_S) -> Lease:
         """A lease on ``name``, loading it first if need be (blocks: call it
         off the IOLoop). ``busy`` when no room could be made within
         ``timeout`` seconds (every loaded model is leased)."""

@@ -15,6 +15,9 @@ from ..store.layout import ModelInfo
 from ..store.models import ModelStore
 from .events import EventStream
 
+#: how long an acquire waits for its model (a load included) before it is ``busy``; the server's queue timeout
+ACQUIRE_TIMEOUT_S = 60.0
+
 
 class ServedEngine(Protocol):
     """An engine with a model to serve (``mnn_engine.Engine`` is one)."""
@@ -87,7 +90,7 @@ class ServedModels(Protocol):
 
     def try_acquire(self, name: str) -> ModelLease | None: ...
 
-    def acquire(self, name: str, timeout: float = 60.0) -> ModelLease: ...
+    def acquire(self, name: str, timeout: float = ACQUIRE_TIMEOUT_S) -> ModelLease: ...
 
     def unload(self, name: str) -> None: ...
 

@@ -15,6 +15,7 @@ from ..store.layout import ModelInfo, served_name
 from .engine import Engine
 from .listing import NEVER, ModelFacts, facts_are_stale, model_entry, read_facts
 from .naming import model_not_found, names
+from .protocol import ACQUIRE_TIMEOUT_S
 
 
 class SingleLease:
@@ -67,7 +68,7 @@ class SingleModel:
             self._users += 1
         return SingleLease(self)
 
-    def acquire(self, name: str, timeout: float = 60.0) -> SingleLease:
+    def acquire(self, name: str, timeout: float = ACQUIRE_TIMEOUT_S) -> SingleLease:
         return self.try_acquire(name)
 
     def lease_ended(self) -> None:

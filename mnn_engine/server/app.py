@@ -50,7 +50,7 @@ from ..store.layout import served_name
 from ..workers import DaemonPool
 from .openapi import openapi_spec
 from .session import GenerationSession
-from .settings import ServerSettings
+from .settings import DEFAULT_QUEUE_TIMEOUT, ServerSettings
 
 T = TypeVar("T")
 
@@ -71,8 +71,6 @@ FORM_PAIRS = re.compile(r"\A[\w.%+~-]+=[^&]*(&[\w.%+~-]+=[^&]*)*\Z")
 PULL_WORKERS = 2
 #: threads for the tokenizer routes
 TEXT_WORKERS = 2
-#: how long a request that names a model waits for its load when the server has no queue
-LOAD_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -436,7 +434,7 @@ class BodyHandler(JsonHandler):
         assert self.model_name is not None
         lease = self.ctx.models.try_acquire(self.model_name)
         if lease is None:
-            timeout = self.ctx.queue.timeout if self.ctx.queue is not None else LOAD_TIMEOUT_S
+            timeout = self.ctx.queue.timeout if self.ctx.queue is not None else DEFAULT_QUEUE_TIMEOUT
             future = self.ctx.loads.submit(self.ctx.models.acquire, self.model_name, timeout)
             try:
                 lease = await asyncio.wrap_future(future)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MnnEngineError
+from .settings import DEFAULT_QUEUE_TIMEOUT
 
 if TYPE_CHECKING:
     from ..engine.events import Event
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 
 class GenerationQueue:
-    def __init__(self, models: ServedModels, limit: int = 0, timeout: float = 60.0,
+    def __init__(self, models: ServedModels, limit: int = 0, timeout: float = DEFAULT_QUEUE_TIMEOUT,
                  on_timeout: Callable[[], Any] = lambda: None) -> None:
         # limit and timeout were checked by ServerSettings.validated
         self.models = models

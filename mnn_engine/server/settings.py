@@ -5,43 +5,57 @@ and the runner pass around."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import MnnEngineError, is_int, is_number
+from ..engine.protocol import ACQUIRE_TIMEOUT_S
+from ..errors import MnnEngineError, invalid
 from ..net import is_loopback_host
+from ..options import check, option
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8081
-DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 #: requests that may wait for the model, first come first served (Ollama queues 512 by
 #: default; a phone serves a handful of clients, so fewer); 0: 429 when busy
 DEFAULT_QUEUE = 16
-#: seconds a queued request waits for the model before it is answered 429
-DEFAULT_QUEUE_TIMEOUT = 60.0
+#: seconds a queued request waits for the model (its load included) before it is answered 429
+DEFAULT_QUEUE_TIMEOUT = ACQUIRE_TIMEOUT_S
+
+
+def _mib(text: str) -> int:
+    """``--max-body-mb``, the older flag: MiB (a fraction allowed) as bytes."""
+    mib = float(text)
+    if not math.isfinite(mib):
+        raise ValueError(f"not a size: {text!r}")
+    return int(mib * 2**20)
 
 
 @dataclass(frozen=True)
 class ServerSettings:
-    """How the HTTP server serves (see the README's *serve* options)."""
+    """How the HTTP server serves; each field's help says what it does (``serve --help``)."""
 
-    host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT  # 0: any free port (background servers)
-    #: required as ``Authorization: Bearer KEY`` on all but the public routes (None: no authentication)
-    api_key: str | None = None
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    #: accept file:// image URLs (local files)
-    allow_file_urls: bool = False
-    #: other web pages' origins allowed to call the API ("*": any)
-    cors_origins: tuple[str, ...] = ()
-    #: a log line per request
-    access_log: bool = False
-    #: requests that may wait for the model (0: a second one gets 429 at once)
-    queue: int = DEFAULT_QUEUE
-    queue_timeout: float = DEFAULT_QUEUE_TIMEOUT
-    #: manifest URLs /api/pull may fetch beyond the hubs and public https hosts (shell patterns)
-    allow_pull_urls: tuple[str, ...] = ()
+    host: str = option(DEFAULT_HOST, help="address to listen on")
+    port: int = option(DEFAULT_PORT, low=0, high=65535, help="TCP port (0: any free port)")
+    api_key: str | None = option(None, help=(
+        "require Authorization: Bearer KEY on all but the public routes (none: no authentication; "
+        "serve also reads --api-key-file and MNN_ENGINE_API_KEY)"))
+    max_body_bytes: int = option(8 * 2**20, low=1, high=2**30, metavar="BYTES", legacy={"--max-body-mb": _mib},
+                                 help="largest request body in bytes (the older --max-body-mb takes MiB)")
+    allow_file_urls: bool = option(False, help="accept file:// image URLs (local files)")
+    cors_origins: tuple[str, ...] = option((), aliases=("--cors-origin",), metavar="ORIGIN", help=(
+        "let web pages from ORIGIN (e.g. http://localhost:3000; * for any) call the API; repeatable. By "
+        "default only the server's own page can"))
+    access_log: bool = option(False, help="log a line per HTTP request")
+    queue: int = option(DEFAULT_QUEUE, low=0, metavar="N", help=(
+        "let up to N requests wait for the model, first come first served (0: a request that finds the model "
+        "busy gets 429 at once)"))
+    queue_timeout: float = option(DEFAULT_QUEUE_TIMEOUT, low=0, above=True, metavar="S",
+                                  help="seconds a queued request waits before it gets 429")
+    allow_pull_urls: tuple[str, ...] = option((), aliases=("--allow-pull-url",), metavar="PATTERN", help=(
+        "let /api/pull fetch manifest URLs matching PATTERN (shell-style, e.g. 'http://192.168.1.5:8000/*'); "
+        "repeatable. By default clients may pull from the hubs and public https hosts only"))
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> ServerSettings:
@@ -59,26 +73,9 @@ class ServerSettings:
 
     def validated(self) -> ServerSettings:
         """These settings, or ``invalid_argument`` naming the wrong one."""
-        port = self.port
-        if not is_int(port) or not 0 <= port <= 65535:
-            raise MnnEngineError("invalid_argument", f"port must be from 1 to 65535 (got {port!r})", param="port")
+        check(self)
         if self.api_key is not None and not self.api_key.strip():
-            raise MnnEngineError("invalid_argument", "the API key is empty (None serves without authentication)",
-                                 param="api_key")
-        size = self.max_body_bytes
-        if not is_int(size) or size < 1:
-            raise MnnEngineError("invalid_argument", f"max_body_bytes must be a positive integer (got {size!r})",
-                                 param="max_body_bytes")
-        if not is_int(self.queue) or self.queue < 0:
-            raise MnnEngineError("invalid_argument", f"queue must be a whole number >= 0 (got {self.queue!r})",
-                                 param="queue")
-        timeout = self.queue_timeout
-        if not is_number(timeout) or not timeout > 0:
-            raise MnnEngineError("invalid_argument", f"queue_timeout must be > 0 seconds (got {timeout!r})",
-                                 param="queue_timeout")
-        if not all(isinstance(v, str) for v in (*self.cors_origins, *self.allow_pull_urls)):
-            raise MnnEngineError("invalid_argument", "cors_origins and allow_pull_urls take strings",
-                                 param="cors_origins")
+            raise invalid("api_key", "the API key is empty (None serves without authentication)")
         return self
 
     @property

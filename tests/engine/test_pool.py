@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from support import SCRIPTED_TEXT, test_model_dir
 
 from mnn_engine import MnnEngineError, ModelPool
-from mnn_engine.api.ollama import go_duration_seconds, keep_alive_field
+from mnn_engine.api.ollama import keep_alive_field
 from mnn_engine.engine.pool import plan_memory
+from mnn_engine.options import go_duration_seconds
 
 GiB = 2**30
 CHAT = [{"role": "user", "content": "Who are you?"}]
@@ -72,16 +73,18 @@ def test_a_keep_alive_ollama_refuses_is_refused(value):
     assert err.value.param == "keep_alive"
 
 
-def test_serve_keep_alive_flag_takes_seconds_and_the_same_durations():
-    import argparse
+def test_serve_keep_alive_flag_takes_seconds_and_the_same_durations(capsys):
+    from mnn_engine.cli.main import build_parser
 
-    from mnn_engine.cli.serve import keep_alive
+    def keep_alive(text):
+        return build_parser().parse_args(["serve", f"--keep-alive={text}"]).keep_alive
 
     assert keep_alive("5m") == 300.0 and keep_alive("300") == 300.0 and keep_alive("0") == 0.0
     assert keep_alive("-1") is None and keep_alive("-1m") is None
     for bad in ("soon", "nan", "5 m"):
-        with pytest.raises(argparse.ArgumentTypeError):
+        with pytest.raises(SystemExit):
             keep_alive(bad)
+        assert "argument --keep-alive" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- on real engines
