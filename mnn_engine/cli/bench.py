@@ -69,9 +69,10 @@ def bench(model: str | os.PathLike[str], options: LoadOptions, *, prompt_len: in
     require_backend(options.backend)
     store = store or ModelStore()
     model_id, path = store.resolve(model)
-    cache = store.prepared_cache(model_id, path)
+    files = store.model_dir(path)
+    cache = store.prepared_cache(model_id, files)
     started = time.perf_counter()
-    llm = Llm(path, prompt_cache=False, **options.mnn_config(cache),  # every run prefills the whole prompt
+    llm = Llm(files, prompt_cache=False, **options.mnn_config(cache),  # every run prefills the whole prompt
               max_all_tokens=max(2048, prompt_len + gen + 8)).load()
     total_load = time.perf_counter() - started
     try:

@@ -223,8 +223,9 @@ class Engine:
             self._update(model_id=model_id, model_path=path, options=opts)
             self._set_model_state("loading")
             try:
-                cache_dir = self.store.prepared_cache(model_id, path)
-                llm = Llm(path, prompt_cache=opts.prompt_cache, speculative=opts.speculative,
+                files = self.store.model_dir(path)
+                cache_dir = self.store.prepared_cache(model_id, files)
+                llm = Llm(files, prompt_cache=opts.prompt_cache, speculative=opts.speculative,
                           draft_tokens=opts.draft_tokens, **opts.mnn_config(cache_dir))
                 llm.load()  # includes the warm-up forward
             except BaseException as exc:  # an OSError or Ctrl-C too: the lock goes back, the engine is unloaded

@@ -30,7 +30,7 @@ from .generation import (
     ScoreResult,
     TokenCallback,
 )
-from .model_files import model_files, model_kind, quantization_problem, resolve_config_path, validate_model_dir
+from .model_files import ModelDir, quantization_problem, read_model_dir
 from .native_output import captured_native_output
 from .prepared_cache import default_path_cache
 from .prompt import (
@@ -170,14 +170,17 @@ class Llm:
     sentence embeddings) takes ``embed()`` instead of the generation methods.
     """
 
-    def __init__(self, model: str | os.PathLike[str], *, prompt_cache: bool = True,
+    def __init__(self, model: str | os.PathLike[str] | ModelDir, *, prompt_cache: bool = True,
                  speculative: str = "auto", draft_tokens: int = DEFAULT_DRAFT_TOKENS,
                  **config_overrides: Any) -> None:
-        self.config_path = resolve_config_path(model)
-        self.model_dir = self.config_path.parent
-        self.file_config = validate_model_dir(self.config_path)
+        #: the model's directory as read and validated once (a store's reading is taken as given, unless stale)
+        self.model_files = model if isinstance(model, ModelDir) and not model.is_stale() else read_model_dir(
+            model.config_path if isinstance(model, ModelDir) else model)
+        self.config_path = self.model_files.config_path
+        self.model_dir = self.model_files.path
+        self.file_config = self.model_files.config
         #: "chat" for a language model, "embedding" for a text-embedding model
-        self.kind = model_kind(model_files(self.config_path, self.file_config)["llm_model"])
+        self.kind = self.model_files.kind
         try:
             json.dumps(config_overrides)
         except (TypeError, ValueError) as exc:
@@ -244,7 +247,7 @@ class Llm:
             if self._core is not None:
                 return self
             self._mnn_overrides = self._with_default_cache(self.config_overrides)
-            check_in_child(self.config_path, model_files(self.config_path, self.file_config), self._mnn_overrides)
+            check_in_child(self.config_path, self.model_files.files, self._mnn_overrides)
             return self.load_in_this_process()
 
     def _with_default_cache(self, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -258,7 +261,7 @@ class Llm:
         if {"use_mmap", "tmp_path"} & ({*self.file_config, *overrides}):
             return overrides
         try:
-            cache = default_path_cache(self.model_dir)
+            cache = default_path_cache(self.model_files)
         except OSError as exc:  # a read-only home: load without the cache
             log.info("no prepared-weights cache for %s: %s", self.model_dir, exc)
             return overrides
@@ -311,7 +314,7 @@ class Llm:
             self._chat_template = jinja.get("chat_template")
             self._template_tokens = {"bos_token": jinja.get("bos"), "eos_token": jinja.get("eos")}
             if core.embedding:
-                self._vocab_size = _embedding_rows(self.config_path, self.file_config)
+                self._vocab_size = _embedding_rows(self.model_files)
                 self._embedding_wrap = template_wrap(self._chat_template)
                 self.embedding_dim = len(core.embed(core.tokenize("Hi"))) // 4  # the warm-up
             else:
@@ -345,7 +348,7 @@ class Llm:
         if self.kind != "chat":
             return
         cache_dir = Path(mnn_config["tmp_path"]) if isinstance(mnn_config.get("tmp_path"), str) else None
-        key = load_checks.checks_key(self.config_path, mnn_config, self.draft_tokens) if cache_dir else ""
+        key = load_checks.checks_key(self.model_files.stamp, mnn_config, self.draft_tokens) if cache_dir else ""
         kept = load_checks.read_checks(cache_dir, key) if cache_dir else None
         self.batch_exact = kept["batch_exact"] if kept else _rows_batch_independent(core)
         core.exact_reuse = self.batch_exact
@@ -937,11 +940,11 @@ def _never() -> bool:
     return False
 
 
-def _embedding_rows(config_path: Path, config: Mapping[str, Any]) -> int:
+def _embedding_rows(model: ModelDir) -> int:
     """The vocabulary size of an embedding model: the rows of its bf16
     embedding table (such models have no logits to count); 0 when unknown."""
-    table = model_files(config_path, dict(config)).get("embedding_file")
-    hidden = config.get("hidden_size")
+    table = model.files.get("embedding_file")
+    hidden = model.config.get("hidden_size")
     if table is None or not isinstance(hidden, int) or hidden <= 0:
         return 0
     return table.stat().st_size // (2 * hidden)

@@ -25,7 +25,6 @@ from typing import Any
 
 from ..errors import is_number
 from .build import engine_identity
-from .prepared_cache import model_stamp
 
 #: the file in the prepared-weights directory that holds the results
 CHECKS_FILE = "load-checks.json"
@@ -35,12 +34,12 @@ _KEPT = 8
 _UNRELATED_KEYS = frozenset({"tmp_path", "use_mmap", "reuse_kv"})
 
 
-def checks_key(config_path: Path, mnn_config: Mapping[str, Any], draft_tokens: int) -> str:
-    """The digest the results are kept under: the model's files, the engine
+def checks_key(model_stamp: Mapping[str, Any], mnn_config: Mapping[str, Any], draft_tokens: int) -> str:
+    """The digest the results are kept under: the model's files (``ModelDir.stamp``), the engine
     (``build.engine_identity``: build, native files, CPU features), the MNN
     config the model is loaded with and the longest draft measured."""
     config = {k: v for k, v in mnn_config.items() if k not in _UNRELATED_KEYS}
-    identity = [model_stamp(config_path), engine_identity(), config, draft_tokens]
+    identity = [dict(model_stamp), engine_identity(), config, draft_tokens]
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -10,14 +10,16 @@ of the weights the graph refers to.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import MnnEngineError, is_int
-from .mnn_graph import GraphError, read_graph_file, read_output_names
+from .mnn_graph import GraphError, read_graph, read_graph_file, read_output_names
 
 CONFIG_NAME = "config.json"
 MARKET_CONFIG_NAME = "market_config.json"
@@ -171,20 +173,90 @@ def model_files(config_path: Path, config: dict[str, Any]) -> dict[str, Path]:
 
 def validate_model_dir(model: str | os.PathLike[str], *, check_contents: bool = True) -> dict[str, Any]:
     """Validate a model directory; returns its merged config. Raises
-    ``model_not_found`` or ``invalid_model`` naming the offending file."""
+    ``model_not_found`` or ``invalid_model`` naming the offending file.
+    ``check_contents=False``: the config and the files' paths only (an import
+    whose contents a first-touch child checks next)."""
+    if check_contents:
+        return read_model_dir(model).config
     config_path = resolve_config_path(model)
     config = read_config(config_path)
-    files = model_files(config_path, config)
-    if check_contents:
-        check_tokenizer_header(files["tokenizer_file"])
-        needed = required_weight_bytes(files["llm_model"])
-        actual = files["llm_weight"].stat().st_size
-        if actual < needed:
-            raise _bad(
-                f"weight file {files['llm_weight']} is truncated: {actual} bytes, the graph needs {needed}",
-                "llm_weight",
-            )
+    model_files(config_path, config)
     return config
+
+
+@dataclass(frozen=True, eq=False)
+class ModelDir:
+    """One model directory, read and validated once: its merged config, the
+    files it names (each checked to stay inside the directory), its kind, the
+    weight extent its graph needs, and the stamp (size and modification time
+    of each file) that says when this reading is stale. The store keeps one
+    per model (``ModelStore.model_dir``); the pool's facts, ``Engine.load``,
+    ``Llm``, the prepared cache and the first-touch check all take it."""
+
+    config_path: Path
+    config: dict[str, Any] = field(repr=False)
+    files: dict[str, Path] = field(repr=False)
+    #: "chat" for a language model, "embedding" for a text-embedding model
+    kind: str
+    #: bytes of the weight file the graph refers to
+    weight_extent: int
+    #: [size, mtime_ns] of the config and of each file it names, by role
+    stamp: dict[str, list[int]] = field(repr=False)
+
+    @property
+    def path(self) -> Path:
+        return self.config_path.parent
+
+    @property
+    def is_visual(self) -> bool:
+        return bool(self.config.get("is_visual"))
+
+    @property
+    def is_audio(self) -> bool:
+        return bool(self.config.get("is_audio"))
+
+    def is_stale(self) -> bool:
+        """The files changed since they were read (a stat each, nothing read)."""
+        return file_stamp(self.config_path, self.files) != self.stamp
+
+
+def file_stamp(config_path: Path, files: dict[str, Path]) -> dict[str, list[int]]:
+    """Size and modification time of a model's config and of each file it names, by role."""
+    stamp: dict[str, list[int]] = {}
+    for key, path in {"config": config_path, **files}.items():
+        with contextlib.suppress(OSError):
+            info = path.stat()
+            stamp[key] = [info.st_size, info.st_mtime_ns]
+    return stamp
+
+
+def read_model_dir(model: str | os.PathLike[str]) -> ModelDir:
+    """Read and validate a model directory (or its config.json) once: its
+    config, its files, its tokenizer's header, its graph (read once, for the
+    weight extent and the kind) against the weight file's size. Raises
+    ``model_not_found`` or ``invalid_model`` naming the offending file."""
+    config_path = resolve_config_path(model)
+    stamp_before = config_path.stat()
+    config = read_config(config_path)
+    files = model_files(config_path, config)
+    check_tokenizer_header(files["tokenizer_file"])
+    graph = files["llm_model"]
+    try:
+        data = graph.read_bytes()
+        extent = read_graph(data).weight_extent
+        kind = "embedding" if "sentence_embeddings" in read_output_names(data) else "chat"
+    except GraphError as exc:
+        raise _bad(f"{graph} is not a readable MNN graph: {exc}", "llm_model") from exc
+    except OSError as exc:
+        raise _bad(f"{graph} cannot be read: {exc.strerror}", "llm_model") from exc
+    actual = files["llm_weight"].stat().st_size
+    if actual < extent:
+        raise _bad(f"weight file {files['llm_weight']} is truncated: {actual} bytes, the graph needs {extent}",
+                   "llm_weight")
+    stamp = file_stamp(config_path, files)
+    if stamp.get("config") != [stamp_before.st_size, stamp_before.st_mtime_ns]:  # replaced while read: not cached
+        stamp["config"] = [-1, -1]
+    return ModelDir(config_path, config, files, kind, extent, stamp)
 
 
 def check_tokenizer_header(path: Path) -> None:

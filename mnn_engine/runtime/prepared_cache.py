@@ -5,7 +5,6 @@ one under the store's cache directory, by the directory's path."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import shutil
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
-from .model_files import CONFIG_NAME, model_files, read_config
+from .model_files import ModelDir, read_model_dir
 
 #: the store's directory of prepared-weight caches (``<store root>/cache``)
 CACHE_DIR_NAME = "cache"
@@ -24,37 +23,27 @@ def path_cache_dir(cache_root: Path, model_dir: Path) -> Path:
     return cache_root / f"path-{hashlib.sha256(str(model_dir.resolve()).encode()).hexdigest()[:12]}"
 
 
-def default_path_cache(model_dir: Path) -> Path:
+def default_path_cache(model: ModelDir) -> Path:
     """A model directory's prepared-weight cache under the default store
     (``config.store_root()``), made fit for use (``prepare_cache``)."""
-    cache = path_cache_dir(config.store_root() / CACHE_DIR_NAME, model_dir)
-    prepare_cache(cache, model_dir)
+    cache = path_cache_dir(config.store_root() / CACHE_DIR_NAME, model.path)
+    prepare_cache(cache, model)
     return cache
 
 
-def model_stamp(config_path: Path) -> dict[str, list[int]]:
-    """Size and modification time of each of a model's files (its config
-    and what the config names), by role: what says the files changed."""
-    files = {"config": config_path, **model_files(config_path, read_config(config_path))}
-    stamp: dict[str, list[int]] = {}
-    for key, path in files.items():
-        with contextlib.suppress(OSError):
-            info = path.stat()
-            stamp[key] = [info.st_size, info.st_mtime_ns]
-    return stamp
-
-
-def prepare_cache(cache_dir: Path, model_dir: Path, engine: dict[str, Any] | None = None) -> None:
+def prepare_cache(cache_dir: Path, model: ModelDir | Path, engine: dict[str, Any] | None = None) -> None:
     """Make ``cache_dir`` fit for MNN's ``tmp_path``: its mmap cache holds the
     prepared weights, packed by one engine build for one CPU's kernels, so it
     is emptied whenever the model's files change (size or modification time)
     or ``engine`` (default: ``build.engine_identity()``) differs, or MNN would
     map stale or foreign weights."""
+    if not isinstance(model, ModelDir):
+        model = read_model_dir(model)
     if engine is None:
         from .build import engine_identity
 
         engine = engine_identity()
-    stamp: dict[str, Any] = {"engine": engine, **model_stamp(model_dir / CONFIG_NAME)}
+    stamp: dict[str, Any] = {"engine": engine, **model.stamp}
     stamp_file = cache_dir / "model-stamp.json"
     try:
         current = json.loads(stamp_file.read_text())

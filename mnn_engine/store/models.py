@@ -18,11 +18,13 @@ model that lists or loads.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -34,9 +36,11 @@ from ..errors import MnnEngineError
 from ..runtime.first_touch import check_in_child
 from ..runtime.model_files import (
     CONFIG_NAME,
+    ModelDir,
     display_name,
     model_files,
     read_config,
+    read_model_dir,
     resolve_config_path,
     validate_model_dir,
 )
@@ -54,6 +58,31 @@ ProgressCallback = Callable[[int, int, str], None]
 def store_root() -> Path:
     """Where the store lives (see the module doc; ``config.store_root``)."""
     return config.store_root()
+
+
+# Each model directory's reading (``ModelStore.model_dir``), shared by every store object of this process (a
+# pool gives each engine its own): by the config's path and the directory's inode (an import or a pull
+# replaces the directory), until a file changes; the most recently read ones are kept.
+_READINGS: collections.OrderedDict[tuple[Path, int], ModelDir] = collections.OrderedDict()
+_READINGS_LOCK = threading.Lock()
+_READINGS_KEPT = 64
+
+
+def _fresh_reading(config_path: Path) -> ModelDir | None:
+    """The kept reading of a model directory if its files are as they were (a stat each, nothing read)."""
+    key = (config_path, _inode(config_path.parent))
+    with _READINGS_LOCK:
+        known = _READINGS.get(key)
+        if known is not None:
+            _READINGS.move_to_end(key)
+    return known if known is not None and not known.is_stale() else None
+
+
+def _inode(path: Path) -> int:
+    try:
+        return path.stat().st_ino
+    except OSError:
+        return -1
 
 
 def _tree_files(root: Path) -> list[Path]:
@@ -111,11 +140,27 @@ class ModelStore:
         """Where the version a pull --update replaced is kept."""
         return self.root / "previous" / check_model_id(model_id)
 
-    def prepared_cache(self, model_id: str | None, model_dir: Path) -> Path:
+    def model_dir(self, model_dir: Path) -> ModelDir:
+        """A model directory read and validated (``read_model_dir``), once
+        while its files stay as they were: a later call stats them and reads
+        again only if one changed (pull --update, import --replace)."""
+        config_path = resolve_config_path(model_dir)
+        known = _fresh_reading(config_path)
+        if known is not None:
+            return known
+        read = read_model_dir(config_path)
+        with _READINGS_LOCK:
+            _READINGS[(config_path, _inode(config_path.parent))] = read
+            while len(_READINGS) > _READINGS_KEPT:
+                _READINGS.popitem(last=False)
+        return read
+
+    def prepared_cache(self, model_id: str | None, model: ModelDir | Path) -> Path:
         """MNN's ``tmp_path`` for a model (by store ID, else by its directory's
         path), emptied if the model's files changed since it was filled."""
-        cache = self.cache_path(model_id) if model_id is not None else path_cache_dir(self.cache_dir, model_dir)
-        prepare_cache(cache, model_dir)
+        where = model.path if isinstance(model, ModelDir) else model
+        cache = self.cache_path(model_id) if model_id is not None else path_cache_dir(self.cache_dir, where)
+        prepare_cache(cache, model)
         return cache
 
     def exists(self, model_id: str) -> bool:
@@ -135,8 +180,9 @@ class ModelStore:
             source = read_source(previous) or {}
             kept = {"size_bytes": sum(f.stat().st_size for f in _model_files(previous)),
                     "revision": source.get("commit"), "path": str(previous)}
+        reading = _fresh_reading(path / CONFIG_NAME)
         try:
-            is_visual = bool(read_config(path / CONFIG_NAME).get("is_visual", False))
+            is_visual = reading.is_visual if reading else bool(read_config(path / CONFIG_NAME).get("is_visual", False))
         except MnnEngineError:
             is_visual = False
         return ModelInfo(

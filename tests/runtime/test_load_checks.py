@@ -14,6 +14,7 @@ from mnn_engine import Llm
 from mnn_engine.runtime import llm as llm_module
 from mnn_engine.runtime import load_checks
 from mnn_engine.runtime.load_checks import CHECKS_FILE, checks_key, read_checks, write_checks
+from mnn_engine.runtime.model_files import file_stamp, model_files, read_config
 
 SAY_TWICE = [{"role": "user", "content": f"Say: {SCRIPTED_TEXT} {SCRIPTED_TEXT}"}]
 
@@ -84,21 +85,25 @@ def test_the_key_follows_the_engine_the_files_and_the_config(tmp_path, monkeypat
     (model / "llm.mnn.weight").write_bytes(b"weights")
     (model / "tokenizer.txt").write_text("430 0\n")
     config = model / "config.json"
-    base = checks_key(config, {"thread_num": 2}, 7)
-    assert checks_key(config, {"thread_num": 2, "tmp_path": "/elsewhere", "use_mmap": True}, 7) == base
-    assert checks_key(config, {"thread_num": 4}, 7) != base
-    assert checks_key(config, {"thread_num": 2, "precision": "high"}, 7) != base
-    assert checks_key(config, {"thread_num": 2}, 3) != base
+
+    def stamp():  # ModelDir.stamp, without a real graph to read
+        return file_stamp(config, model_files(config, read_config(config)))
+
+    base = checks_key(stamp(), {"thread_num": 2}, 7)
+    assert checks_key(stamp(), {"thread_num": 2, "tmp_path": "/elsewhere", "use_mmap": True}, 7) == base
+    assert checks_key(stamp(), {"thread_num": 4}, 7) != base
+    assert checks_key(stamp(), {"thread_num": 2, "precision": "high"}, 7) != base
+    assert checks_key(stamp(), {"thread_num": 2}, 3) != base
     identity = load_checks.engine_identity()
     libraries = {**identity["libraries"], "libMNN": ["/other/libMNN.so", 1, 2]}  # a swapped libMNN
     monkeypatch.setattr(load_checks, "engine_identity", lambda: {**identity, "libraries": libraries})
-    assert checks_key(config, {"thread_num": 2}, 7) != base
+    assert checks_key(stamp(), {"thread_num": 2}, 7) != base
     other_cpu = ["avx2", "fma"] if identity["cpu"] != ["avx2", "fma"] else ["asimd"]  # never this CPU's list
     monkeypatch.setattr(load_checks, "engine_identity", lambda: {**identity, "cpu": other_cpu})
-    assert checks_key(config, {"thread_num": 2}, 7) != base
+    assert checks_key(stamp(), {"thread_num": 2}, 7) != base
     monkeypatch.undo()
     (model / "llm.mnn.weight").write_bytes(b"new weights")
-    assert checks_key(config, {"thread_num": 2}, 7) != base
+    assert checks_key(stamp(), {"thread_num": 2}, 7) != base
 
 
 @pytest.mark.parametrize("content", ["", "{", "[1, 2]", '{"k": {"batch_exact": "yes", "verify_costs": []}}',
