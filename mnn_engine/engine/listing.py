@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import MnnEngineError, is_int
 from ..runtime.llm import DEFAULT_CONTEXT
+from ..runtime.model_files import CONFIG_NAME, model_files, model_kind, read_config
 from ..store.models import ModelStore
 from .engine import Engine, model_options
 
@@ -42,18 +43,25 @@ def read_facts(store: ModelStore, name: str, model_id: str | None, target: str) 
     """The facts of the model served as ``name``: the store's ``model_id``,
     else the model directory ``target``. Reads its files: off the IOLoop."""
     path = store.path(model_id) if model_id is not None else Path(target)
-    files = store.model_dir(path)  # the store's one reading, which a load then takes as it is
+    try:
+        reading = store.model_dir(path)  # the store's one reading, which a load then takes as it is
+        config, kind = reading.config, reading.kind
+    except MnnEngineError as exc:
+        if exc.code != "invalid_model":
+            raise
+        # damaged contents (truncated weights...) are listed as before; their load is the request's error
+        config = read_config(path / CONFIG_NAME)
+        kind = model_kind(model_files(path / CONFIG_NAME, config)["llm_model"])
     if model_id is not None:
         info = store.get(model_id)
         size, created = info.size_bytes, info.created
     else:
         size = directory_bytes(path)
         created = path.stat().st_mtime
-    config = files.config
     context = config.get("max_all_tokens")
     context = context if is_int(context) and context > 1 else DEFAULT_CONTEXT
-    return ModelFacts(name, model_id, path, files.kind, files.is_visual, size, created, context,
-                      files.is_audio, config)
+    return ModelFacts(name, model_id, path, kind, bool(config.get("is_visual")), size, created, context,
+                      bool(config.get("is_audio")), config)
 
 
 def facts_are_stale(store: ModelStore, facts: ModelFacts) -> bool:

@@ -230,6 +230,12 @@ def file_stamp(config_path: Path, files: dict[str, Path]) -> dict[str, list[int]
     return stamp
 
 
+def read_stamp(model: str | os.PathLike[str]) -> dict[str, list[int]]:
+    """``ModelDir.stamp`` from the config and the file paths alone (the contents unchecked)."""
+    config_path = resolve_config_path(model)
+    return file_stamp(config_path, model_files(config_path, read_config(config_path)))
+
+
 def read_model_dir(model: str | os.PathLike[str]) -> ModelDir:
     """Read and validate a model directory (or its config.json) once: its
     config, its files, its tokenizer's header, its graph (read once, for the

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
-from .model_files import ModelDir, read_model_dir
+from .model_files import ModelDir, read_stamp
 
 #: the store's directory of prepared-weight caches (``<store root>/cache``)
 CACHE_DIR_NAME = "cache"
@@ -37,13 +37,11 @@ def prepare_cache(cache_dir: Path, model: ModelDir | Path, engine: dict[str, Any
     is emptied whenever the model's files change (size or modification time)
     or ``engine`` (default: ``build.engine_identity()``) differs, or MNN would
     map stale or foreign weights."""
-    if not isinstance(model, ModelDir):
-        model = read_model_dir(model)
     if engine is None:
         from .build import engine_identity
 
         engine = engine_identity()
-    stamp: dict[str, Any] = {"engine": engine, **model.stamp}
+    stamp: dict[str, Any] = {"engine": engine, **(model.stamp if isinstance(model, ModelDir) else read_stamp(model))}
     stamp_file = cache_dir / "model-stamp.json"
     try:
         current = json.loads(stamp_file.read_text())
