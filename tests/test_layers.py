@@ -26,7 +26,9 @@ LAYERS = [
 #: beyond the order: what a layer must never import although it is below
 FORBIDDEN = {
     "mnn_engine.api": ["mnn_engine.engine", "tornado"],  # translation only: no Engine, no HTTP server
-    "mnn_engine.server": ["mnn_engine.engine.engine"],  # typed against engine.protocol, never Engine itself
+    # typed against engine.protocol, never Engine, the pool, the model's files or Llm itself
+    "mnn_engine.server": ["mnn_engine.engine.engine", "mnn_engine.engine.pool", "mnn_engine.runtime.model_files",
+                          "mnn_engine.runtime.llm"],
     "mnn_engine.hub": ["mnn_engine.runtime"],  # network only
 }
 
@@ -129,6 +131,21 @@ def test_no_import_cycles():
         if v not in index:
             visit(v)
     assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_server_reaches_a_model_only_through_the_served_model_seam():
+    """No server module takes an engine's whole ``Llm`` (``.llm``): it uses ``loaded_model``,
+    typed ``engine.protocol.ServedModel``, whose every member ``Llm`` has."""
+    from mnn_engine.engine.protocol import ServedModel
+    from mnn_engine.runtime.llm import Llm
+
+    for path in (PACKAGE / "server").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            assert not (isinstance(node, ast.Attribute) and node.attr == "llm"), f"{path.name}:{node.lineno}"
+    members = set(ServedModel.__annotations__) | {name for name in vars(ServedModel) if not name.startswith("_")}
+    assert {"tokenize", "context_length", "capabilities"} <= members
+    for name in members:
+        assert hasattr(Llm, name) or name in Llm.__init__.__code__.co_names, name
 
 
 def test_the_top_level_holds_about_ten_modules():

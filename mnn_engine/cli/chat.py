@@ -65,7 +65,7 @@ def loaded_line(engine: Engine) -> str:
     name = model["id"] or model["path"]
     threads = options.get("threads")
     how = [options.get("backend") or "cpu", f"{threads} thread{'s' if threads != 1 else ''}" if threads else "",
-           f"context {model['context_limit']} tokens" if model.get("context_limit") else "",
+           f"context {model['context_length']} tokens" if model.get("context_length") else "",
            "speculative decoding" if model.get("speculative") not in (None, "off") else ""]
     return f"loaded {name} ({', '.join(h for h in how if h)})"
 

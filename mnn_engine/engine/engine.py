@@ -149,6 +149,11 @@ class Engine:
         return llm
 
     @property
+    def loaded_model(self) -> Llm:
+        """The loaded model as the server sees it (``protocol.ServedModel``: ``llm``, typed narrower)."""
+        return self.llm
+
+    @property
     def generating(self) -> bool:
         """Whether a generation is running (or starting)."""
         with self._state_lock:
@@ -172,7 +177,7 @@ class Engine:
                 model.update(id=self._model_id, path=str(self._model_path),
                              options=asdict(self._options) if self._options else None)
             if self._llm is not None:
-                model["context_limit"] = self._llm.context_limit
+                model["context_length"] = self._llm.context_length
                 model["prompt_cache_tokens"] = self._llm.held_tokens
                 model["kind"] = self._llm.kind
                 model["speculative"] = self._llm.speculative_default

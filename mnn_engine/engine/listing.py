@@ -10,12 +10,22 @@ import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from ..errors import MnnEngineError, is_int
 from ..runtime.llm import DEFAULT_CONTEXT
-from ..runtime.model_files import CONFIG_NAME, model_files, model_kind, read_config
+from ..runtime.model_files import (
+    CONFIG_NAME,
+    capabilities,
+    export_args,
+    model_files,
+    model_kind,
+    parameter_count,
+    parameter_size,
+    read_config,
+)
 from ..store.models import ModelStore
 from .engine import Engine, model_options
 
@@ -37,6 +47,11 @@ class ModelFacts:
     context_length: int = DEFAULT_CONTEXT  # its config's (MNN's max_all_tokens), before any load option
     is_audio: bool = False
     config: dict[str, Any] = field(default_factory=dict, compare=False)  # its merged config.json
+
+    @property
+    def capabilities(self) -> list[str]:
+        """What the model can do, as Ollama names them."""
+        return capabilities(self.kind, self.config)
 
 
 def read_facts(store: ModelStore, name: str, model_id: str | None, target: str) -> ModelFacts:
@@ -86,7 +101,7 @@ def model_entry(facts: ModelFacts, *, engine: Engine | None, state: str, users: 
     context = None
     if engine is not None:
         with contextlib.suppress(MnnEngineError):
-            context = engine.llm.context_limit
+            context = engine.llm.context_length
     if context is None:  # what it would load with
         context = facts.context_length
         with contextlib.suppress(MnnEngineError):
@@ -99,3 +114,29 @@ def model_entry(facts: ModelFacts, *, engine: Engine | None, state: str, users: 
             "loaded": engine is not None, "kind": facts.kind, "vision": facts.is_visual,
             "size_bytes": facts.size_bytes, "created": facts.created, "context_length": context,
             "in_use": users, "expires_at": expires_at, "default": default}
+
+
+# ---------------------------------------------------------------- Ollama's details
+def _quantization(model_dir: Path) -> str:
+    """The weights' quantisation as llmexport recorded it (``export_args.json``:
+    ``quant_bit``, ``quant_block``), e.g. ``Q4_B64``; "" when not recorded."""
+    args = export_args(model_dir)
+    bits, block = args.get("quant_bit"), args.get("quant_block")
+    if not is_int(bits):
+        return ""
+    return f"Q{bits}" + (f"_B{block}" if is_int(block) and block else "")
+
+
+@lru_cache(maxsize=64)
+def _details(config_path: Path, created: float, family: str) -> tuple[dict[str, Any], int]:
+    """Ollama's ``details`` of a model and its parameter count, from its files
+    (reads the graph: run off the IOLoop; kept per version of the files)."""
+    count = parameter_count(config_path, read_config(config_path))
+    return ({"parent_model": "", "format": "mnn", "family": family, "families": [family] if family else None,
+             "parameter_size": parameter_size(count), "quantization_level": _quantization(config_path.parent)},
+            count)
+
+
+def model_details(facts: ModelFacts) -> tuple[dict[str, Any], int]:
+    """Ollama's ``details`` of a model (/api/tags, /api/show) and its parameter count."""
+    return _details(facts.path / CONFIG_NAME, facts.created, str(facts.config.get("model_type", "")))

@@ -516,7 +516,7 @@ class ModelPool:
             "engine": "generating" if busy else ("loading" if loading else ("ready" if loaded else "idle")),
             "model": model,
             "loaded": [{"name": name, "id": snap["model"]["id"], "kind": snap["model"].get("kind"),
-                        "context_limit": snap["model"].get("context_limit")} for name, snap in snaps.items()],
+                        "context_length": snap["model"].get("context_length")} for name, snap in snaps.items()],
             "loading": loading,
             "server": server,
             "generation": busy[0]["generation"] if busy else {"state": "idle", "started": None},

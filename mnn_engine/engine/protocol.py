@@ -4,19 +4,57 @@ never against ``Engine`` itself, so the engine never depends on the server
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol
 
 from ..runtime.embedding import EmbeddingResult
 from ..runtime.generation import GenerationResult, ScoreResult
-from ..runtime.llm import Llm
+from ..runtime.prompt import Message, Prompt
 from ..store.layout import ModelInfo
 from ..store.models import ModelStore
 from .events import EventStream
 
 #: how long an acquire waits for its model (a load included) before it is ``busy``; the server's queue timeout
 ACQUIRE_TIMEOUT_S = 60.0
+
+
+class ServedModel(Protocol):
+    """What the server asks of a loaded model (``Llm`` is one), and nothing
+    more: its facts, its tokenizer and template, and what structured output
+    reads (``runtime.structured.GrammarModel``). Generating, scoring and
+    embedding go through the engine (``ServedEngine.submit*``)."""
+
+    kind: str
+    embedding_dim: int
+    load_seconds: float
+    load_cache: dict[str, Any]
+
+    @property
+    def context_length(self) -> int: ...
+
+    @property
+    def capabilities(self) -> list[str]: ...
+
+    def tokenize(self, text: str, *, limit: int | None = None) -> list[int]: ...
+
+    def detokenize(self, token_ids: Sequence[int]) -> str: ...
+
+    def token_bytes(self, token_id: int) -> bytes: ...
+
+    def vocabulary(self) -> tuple[list[bytes], list[int]]: ...
+
+    def tokenizer_info(self) -> dict[str, Any]: ...
+
+    def apply_chat_template(self, messages: Sequence[Message], add_generation_prompt: bool = True,
+                            enable_thinking: bool | None = None,
+                            tools: Sequence[Mapping[str, Any]] | None = None) -> str: ...
+
+    def prompt_ids(self, prompt: Prompt, *, enable_thinking: bool | None = None,
+                   tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]: ...
+
+    def check_prompt(self, prompt: Prompt, *, enable_thinking: bool | None = None,
+                     tools: Sequence[Mapping[str, Any]] | None = None) -> Prompt: ...
 
 
 class ServedEngine(Protocol):
@@ -26,7 +64,7 @@ class ServedEngine(Protocol):
     store: ModelStore
 
     @property
-    def llm(self) -> Llm: ...
+    def loaded_model(self) -> ServedModel: ...
 
     @property
     def generating(self) -> bool: ...

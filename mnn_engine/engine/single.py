@@ -124,7 +124,7 @@ class SingleModel:
         model = snap["model"]
         snap["loading"] = None
         snap["loaded"] = [{"name": self.default_name, "id": model["id"], "kind": model.get("kind"),
-                           "context_limit": model.get("context_limit")}] if model["state"] == "loaded" else []
+                           "context_length": model.get("context_length")}] if model["state"] == "loaded" else []
         return snap
 
     # ---------------------------------------------------------------- the server's lifecycle

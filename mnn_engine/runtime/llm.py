@@ -30,7 +30,7 @@ from .generation import (
     ScoreResult,
     TokenCallback,
 )
-from .model_files import ModelDir, quantization_problem, read_model_dir
+from .model_files import ModelDir, capabilities, quantization_problem, read_model_dir
 from .native_output import captured_native_output
 from .prepared_cache import default_path_cache
 from .prompt import (
@@ -222,7 +222,7 @@ class Llm:
         self._generating_thread: int | None = None  # the thread inside the native loop (its callbacks run there)
         self._pins_cond = threading.Condition()
         self._vocab_size = 0
-        self._context_limit = DEFAULT_CONTEXT
+        self._context_length = DEFAULT_CONTEXT
         self._sampling_defaults: dict[str, Any] = {}
         self._template_context: dict[str, Any] = {}
         self._chat_template: str | None = None
@@ -322,14 +322,14 @@ class Llm:
             self.load_seconds = loaded - started
             self.warmup_seconds = time.perf_counter() - loaded
             context = config.get("max_all_tokens", DEFAULT_CONTEXT)
-            self._context_limit = context if isinstance(context, int) and context > 1 else DEFAULT_CONTEXT
+            self._context_length = context if isinstance(context, int) and context > 1 else DEFAULT_CONTEXT
             self._sampling_defaults = _sampler_defaults(config)
             self._restore_markup_tokens(core)
             self._max_token_bytes = max(1, core.max_token_bytes(self._vocab_size))
             self._exact_cuts = splits_exactly(core.tokenize)
             self._run_load_checks(core, {**self.file_config, **overrides}, config.get("memory", "low") == "low")
             log.info("loaded %s (%s model, vocab %d, context %d)", self.config_path, self.kind, self._vocab_size,
-                     self._context_limit)
+                     self._context_length)
             problem = quantization_problem(self.model_dir, self.file_config)
             if problem:
                 log.warning("%s", problem)
@@ -438,9 +438,19 @@ class Llm:
         return self._vocab_size
 
     @property
+    def context_length(self) -> int:
+        """Most tokens (prompt + output) one generation may hold (MNN's ``max_all_tokens``)."""
+        return self._context_length
+
+    @property
     def context_limit(self) -> int:
-        """Most tokens (prompt + output) one generation may hold."""
-        return self._context_limit
+        """The older name of ``context_length``."""
+        return self._context_length
+
+    @property
+    def capabilities(self) -> list[str]:
+        """What this model can do, as Ollama names them (``model_files.capabilities``)."""
+        return capabilities(self.kind, self.file_config)
 
     @property
     def sampling_defaults(self) -> dict[str, Any]:
@@ -490,7 +500,7 @@ class Llm:
         (``llm_config.json``'s ``jinja``: the Hugging Face tokenizer's ``bos_token`` and ``eos_token``;
         None where it has none), and the context length."""
         return {**self._template_tokens, "chat_template": self._chat_template,
-                "model_max_length": self.context_limit}
+                "model_max_length": self.context_length}
 
     def detokenize_bytes(self, token_ids: Sequence[int]) -> bytes:
         """Raw bytes of the tokens (a token may hold part of a UTF-8 character)."""
@@ -564,7 +574,7 @@ class Llm:
         whatever its tokens (``context_length_exceeded``). Returns the prompt
         checked (chat messages as ``ChatMessages``, token ids as a list)."""
         return checked_prompt(prompt, enable_thinking=enable_thinking, tools=tools, vocab_size=self._vocab_size,
-                              max_token_bytes=self._max_token_bytes, context_limit=self._context_limit)
+                              max_token_bytes=self._max_token_bytes, context_length=self._context_length)
 
     def _prompt_ids(self, core: _mnn.LlmCore, prompt: Prompt, enable_thinking: bool | None,
                     tools: Any, cancellable: bool = True, overflow: str = "error",
@@ -582,14 +592,14 @@ class Llm:
 
             if overflow == "truncate":
                 return fit_chat(prompt, render, lambda text, limit: self._tokens_within(core, text, limit, cancelled),
-                                self._context_limit, reserve)
+                                self._context_length, reserve)
             text = render(prompt)
         elif isinstance(prompt, str):
             text = prompt
         else:
-            return None, fitting_ids(list(prompt), self._context_limit), 0
-        return text, fitting_ids(self._tokens_within(core, text, self._context_limit - 1, cancelled),
-                                 self._context_limit), 0
+            return None, fitting_ids(list(prompt), self._context_length), 0
+        return text, fitting_ids(self._tokens_within(core, text, self._context_length - 1, cancelled),
+                                 self._context_length), 0
 
     def _encode(self, core: _mnn.LlmCore, text: str, limit: int, cancelled: Callable[[], bool]) -> list[int] | None:
         """The one way text reaches MNN's tokenizer: media tags are guarded
@@ -706,7 +716,7 @@ class Llm:
         settings.seed = gen.effective_seed()
         settings.stop = gen.stop
         settings.max_tokens = -1 if gen.max_tokens is None else gen.max_tokens
-        settings.context_limit = self._context_limit
+        settings.context_length = self._context_length
         settings.ignore_eos = gen.ignore_eos
         settings.verify_serially = self._verify_serially
         grammar = structured.grammar_for(gen.response_format, gen.grammar, tools, tool_choice)
@@ -730,7 +740,7 @@ class Llm:
                 text, ids, dropped = self._prompt_ids(run.core, run.prompt, run.enable_thinking, run.tools,
                                                       overflow=config.context_overflow, reserve=reserve)
                 if run.prefix_ids:
-                    ids = fitting_ids([*run.prefix_ids, *ids], self._context_limit)
+                    ids = fitting_ids([*run.prefix_ids, *ids], self._context_length)
                 # compiled here, on the generating thread: a big schema takes a while
                 constraint = structured.Constraint(self, *run.grammar) if run.grammar else None
             except PromptCancelled:
@@ -841,10 +851,10 @@ class Llm:
             raise invalid("continuation", "must be text or a list of token ids")
         if not target_ids:
             raise invalid("continuation", "has no tokens")
-        if len(prompt_ids) + len(target_ids) > self._context_limit:
+        if len(prompt_ids) + len(target_ids) > self._context_length:
             raise MnnEngineError("context_length_exceeded",
                                  f"prompt and continuation have {len(prompt_ids) + len(target_ids)} tokens; "
-                                 f"the context holds {self._context_limit}", param="continuation")
+                                 f"the context holds {self._context_length}", param="continuation")
         return prompt_ids, target_ids
 
     # ------------------------------------------------------------------ embeddings
@@ -893,7 +903,7 @@ class Llm:
 
     def _embedding_ids(self, core: _mnn.LlmCore, item: EmbeddingInput, truncate: bool) -> list[int]:
         param = "input"
-        limit = self._context_limit
+        limit = self._context_length
         if isinstance(item, list):
             ids = self.checked_ids(item, param, _FOREIGN_IDS_HINT)
             if truncate:
@@ -918,7 +928,7 @@ class Llm:
             raise MnnEngineError("empty_prompt", "an input has no tokens", param=param)
         if len(ids) > limit:
             raise MnnEngineError("context_length_exceeded",
-                                 f"an input has {len(ids)} tokens; the context holds {self._context_limit}",
+                                 f"an input has {len(ids)} tokens; the context holds {self._context_length}",
                                  param=param)
         return ids
 

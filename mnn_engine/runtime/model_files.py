@@ -14,10 +14,12 @@ import contextlib
 import functools
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .. import jsonutil
 from ..errors import MnnEngineError, is_int
 from .mnn_graph import GraphError, read_graph, read_graph_file, read_output_names
 
@@ -263,6 +265,21 @@ def read_model_dir(model: str | os.PathLike[str]) -> ModelDir:
     if stamp.get("config") != [stamp_before.st_size, stamp_before.st_mtime_ns]:  # replaced while read: not cached
         stamp["config"] = [-1, -1]
     return ModelDir(config_path, config, files, kind, extent, stamp)
+
+
+def capabilities(kind: str, config: Mapping[str, Any]) -> list[str]:
+    """What a model can do, as Ollama names it: completion, tools, thinking
+    (its chat template knows <think>), vision; or embedding. ``config``: its
+    merged config (``Llm.file_config``, ``ModelFacts.config``)."""
+    if kind == "embedding":
+        return ["embedding"]
+    template = jsonutil.dumps(config.get("jinja", {})).decode() + str(config.get("chat_template", ""))
+    found = ["completion", "tools"]
+    if "<think>" in template or "enable_thinking" in template:
+        found.append("thinking")
+    if config.get("is_visual"):
+        found.append("vision")
+    return found
 
 
 def check_tokenizer_header(path: Path) -> None:

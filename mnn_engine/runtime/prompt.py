@@ -88,7 +88,7 @@ def checked_ids(token_ids: Sequence[int], vocab_size: int, param: str, hint: str
 
 
 def checked_prompt(prompt: Prompt, *, enable_thinking: bool | None, tools: Any, vocab_size: int,
-                   max_token_bytes: int, context_limit: int) -> Prompt:
+                   max_token_bytes: int, context_length: int) -> Prompt:
     """The checks on a prompt that take no tokenizing (milliseconds even for
     megabytes): its shape, and text too long to fit in the context whatever
     its tokens (``context_length_exceeded``). Chat messages come back as
@@ -111,16 +111,16 @@ def checked_prompt(prompt: Prompt, *, enable_thinking: bool | None, tools: Any, 
             size = len(prompt) * max_token_bytes
         else:
             raise invalid("prompt", "must be text, a list of token ids or a list of chat messages")
-    if size > context_limit * max_token_bytes:
+    if size > context_length * max_token_bytes:
         raise MnnEngineError(
             "context_length_exceeded",
-            f"the prompt has {size} bytes of text; the context holds {context_limit} tokens of at "
+            f"the prompt has {size} bytes of text; the context holds {context_length} tokens of at "
             f"most {max_token_bytes} bytes each", param="prompt")
     return prompt
 
 
 def fit_chat(messages: ChatMessages, render: Callable[[list[Message]], str],
-             tokens_within: Callable[[str, int], list[int] | None], context_limit: int,
+             tokens_within: Callable[[str, int], list[int] | None], context_length: int,
              reserve: int) -> tuple[str, list[int], int]:
     """The chat with as few of its oldest messages dropped as makes it fit
     (the system prompt stays; what is left starts with a user turn), with
@@ -130,7 +130,7 @@ def fit_chat(messages: ChatMessages, render: Callable[[list[Message]], str],
     while head < len(messages) - 1 and messages[head]["role"] in ("system", "developer"):
         head += 1
     body = list(messages[head:])
-    limit = context_limit - 1 - min(max(reserve, 1), context_limit // 2)
+    limit = context_length - 1 - min(max(reserve, 1), context_length // 2)
 
     def attempt(dropped: int) -> tuple[str, list[int], int] | None:
         kept = body[dropped:]
@@ -154,21 +154,21 @@ def fit_chat(messages: ChatMessages, render: Callable[[list[Message]], str],
             best, high = fitted, middle - 1
     if best is None:
         raise MnnEngineError("context_length_exceeded",
-                             f"even the last message does not fit in the context ({context_limit} tokens, "
-                             f"{context_limit - 1 - limit} kept for the answer)", param="messages")
+                             f"even the last message does not fit in the context ({context_length} tokens, "
+                             f"{context_length - 1 - limit} kept for the answer)", param="messages")
     log.info("dropped the %d oldest messages to fit the context", best[2])
     return best
 
 
-def fitting_ids(ids: list[int] | None, context_limit: int) -> list[int]:
+def fitting_ids(ids: list[int] | None, context_length: int) -> list[int]:
     """A prompt's ids, refused when they cannot leave room for one answer token."""
     if ids is None:
         raise MnnEngineError("context_length_exceeded",
-                             f"the prompt has more than {context_limit - 1} tokens; the context holds "
-                             f"{context_limit}", param="prompt")
-    if len(ids) >= context_limit:
+                             f"the prompt has more than {context_length - 1} tokens; the context holds "
+                             f"{context_length}", param="prompt")
+    if len(ids) >= context_length:
         raise MnnEngineError("context_length_exceeded",
-                             f"the prompt has {len(ids)} tokens; the context holds {context_limit}", param="prompt")
+                             f"the prompt has {len(ids)} tokens; the context holds {context_length}", param="prompt")
     if not ids:
         raise MnnEngineError("empty_prompt", "the prompt is empty (no tokens)", param="prompt")
     return ids

@@ -153,7 +153,7 @@ class CountTokensHandler(AnthropicHandler):
         try:
             # in the queue's turn: rendering sets MNN's template config, and an image runs the visual graph
             async with self.exclusive_turn() as engine:
-                llm = engine.llm
+                llm = engine.loaded_model
                 ids = await asyncio.wrap_future(self.ctx.text_work.submit(
                     lambda: llm.prompt_ids(request.messages, enable_thinking=request.enable_thinking,
                                            tools=request.tools)))

@@ -230,21 +230,6 @@ class NotFoundHandler(JsonHandler):
         raise MnnEngineError("not_found", f"no route {self.request.method} {self.request.path}")
 
 
-def model_capabilities(kind: str, config: Mapping[str, Any]) -> list[str]:
-    """What a model can do, as Ollama names it: completion, tools, thinking
-    (its chat template knows <think>), vision; or embedding. ``config``: its
-    merged config (``Llm.file_config``, ``ModelFacts.config``)."""
-    if kind == "embedding":
-        return ["embedding"]
-    template = jsonutil.dumps(config.get("jinja", {})).decode() + str(config.get("chat_template", ""))
-    capabilities = ["completion", "tools"]
-    if "<think>" in template or "enable_thinking" in template:
-        capabilities.append("thinking")
-    if config.get("is_visual"):
-        capabilities.append("vision")
-    return capabilities
-
-
 def log_request(handler: tornado.web.RequestHandler) -> None:
     """The access log line (``serve --access-log``): Tornado's, with the request ID."""
     status = handler.get_status()
@@ -263,14 +248,15 @@ class HealthHandler(JsonHandler):
     def get(self) -> None:
         models = self.ctx.models
         snap = models.snapshot()
-        model = {k: snap["model"].get(k) for k in ("state", "id", "options", "context_limit", "kind", "speculative")}
+        model = {k: snap["model"].get(k) for k in ("state", "id", "options", "context_length", "kind", "speculative")}
+        model["context_limit"] = model["context_length"]  # the field's older name, kept for clients that read it
         model["name"] = served_name(snap["model"]["id"], snap["model"]["path"]) \
             if snap["model"]["state"] == "loaded" else None
         model["capabilities"] = []
         engine = dict(models.loaded_engines()).get(model["name"] or "")
         with contextlib.suppress(MnnEngineError):  # unloaded meanwhile: none
             if engine is not None:
-                model["capabilities"] = model_capabilities(engine.llm.kind, engine.llm.file_config)
+                model["capabilities"] = engine.loaded_model.capabilities
         if models.switching:
             status = "stopping" if self.ctx.stopping else "ok"
         else:
@@ -308,7 +294,7 @@ def openai_models(models: ServedModels) -> list[dict[str, Any]]:
         data.append({"id": entry["name"], "object": "model", "created": int(entry["created"]),
                      "owned_by": "mnn-engine", "kind": entry["kind"], "loaded": entry["loaded"],
                      "context_length": entry["context_length"],
-                     "capabilities": model_capabilities(facts.kind, facts.config)})
+                     "capabilities": facts.capabilities})
     return data
 
 
@@ -551,7 +537,7 @@ class BodyHandler(JsonHandler):
         route's generation turn; ``check(llm)`` runs first, once the model is there."""
         async with self.generation_turn() as engine:
             if check is not None:
-                check(engine.llm)
+                check(engine.loaded_model)
             self.generation = engine.submit_embed(inputs, normalize=normalize, truncate=truncate)
             try:
                 return await asyncio.wrap_future(self.generation)

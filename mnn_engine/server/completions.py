@@ -89,9 +89,9 @@ class CompletionsHandler(BodyHandler):
             return _Echo(prompt)  # text, answered after it: the generation counts its tokens
         top = request.prompt_logprobs
         async with self.generation_turn() as engine:
-            llm = engine.llm
+            llm = engine.loaded_model
             ids = prompt if isinstance(prompt, list) else \
-                await self.off_loop(lambda: llm.tokenize(prompt, limit=llm.context_limit))
+                await self.off_loop(lambda: llm.tokenize(prompt, limit=llm.context_length))
             text = prompt if isinstance(prompt, str) else await self.off_loop(llm.detokenize, prompt)
             scored: ScoreResult | None = None
             if top is not None and len(ids) > 1:

@@ -51,7 +51,7 @@ class Metrics:
             seconds = [0.0]
             for _, engine in models.loaded_engines():
                 with contextlib.suppress(MnnEngineError):  # unloaded meanwhile
-                    seconds.append(float(engine.llm.load_seconds or 0.0))
+                    seconds.append(float(engine.loaded_model.load_seconds or 0.0))
             return max(seconds)
 
         load.set_function(load_seconds)

@@ -23,8 +23,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from tornado.ioloop import IOLoop
@@ -43,38 +41,14 @@ from ..api.ollama import (
     tagged,
 )
 from ..api.openai_chat import ChatRequest, MediaPolicy
-from ..errors import MnnEngineError, invalid, is_int
+from ..engine.listing import model_details
+from ..errors import MnnEngineError, invalid
 from ..hub.sources import UrlPolicy
 from ..runtime.generation import GenerationResult
-from ..runtime.model_files import CONFIG_NAME, export_args, parameter_count, parameter_size, read_config
-from .app import BodyHandler, JsonHandler, error_body, model_capabilities
+from .app import BodyHandler, JsonHandler, error_body
 from .session import GenerationSession
 
 log = logging.getLogger("mnn_engine.server")
-
-
-def _quantization(model_dir: Path) -> str:
-    """The weights' quantisation as llmexport recorded it (``export_args.json``:
-    ``quant_bit``, ``quant_block``), e.g. ``Q4_B64``; "" when not recorded."""
-    args = export_args(model_dir)
-    bits, block = args.get("quant_bit"), args.get("quant_block")
-    if not is_int(bits):
-        return ""
-    return f"Q{bits}" + (f"_B{block}" if is_int(block) and block else "")
-
-
-@lru_cache(maxsize=64)
-def _details(config_path: Path, created: float, family: str) -> tuple[dict[str, Any], int]:
-    """Ollama's ``details`` of a model and its parameter count, from its files
-    (reads the graph: run off the IOLoop; kept per version of the files)."""
-    count = parameter_count(config_path, read_config(config_path))
-    return ({"parent_model": "", "format": "mnn", "family": family, "families": [family] if family else None,
-             "parameter_size": parameter_size(count), "quantization_level": _quantization(config_path.parent)},
-            count)
-
-
-def _facts_details(facts: Any) -> tuple[dict[str, Any], int]:
-    return _details(facts.path / CONFIG_NAME, facts.created, str(facts.config.get("model_type", "")))
 
 
 def _iso(timestamp: float) -> str:
@@ -91,7 +65,7 @@ def _model_entry(models: Any, entry: Mapping[str, Any]) -> dict[str, Any]:
     key = f"{entry['id']}:{entry['created']}" if entry["id"] else entry["name"]
     name = tagged(entry["name"])
     return {"name": name, "model": name, "modified_at": _iso(entry["created"]), "size": entry["size_bytes"],
-            "digest": hashlib.sha256(key.encode()).hexdigest(), "details": _facts_details(facts)[0]}
+            "digest": hashlib.sha256(key.encode()).hexdigest(), "details": model_details(facts)[0]}
 
 
 def _listing(models: Any, loaded_only: bool) -> list[dict[str, Any]]:
@@ -168,14 +142,14 @@ class ShowHandler(OllamaBodyHandler):
     async def post(self) -> None:
         name = self.model_named_in(self.parse_body())
         facts = await self.model_facts()
-        details, count = await asyncio.wrap_future(self.ctx.text_work.submit(_facts_details, facts))
+        details, count = await asyncio.wrap_future(self.ctx.text_work.submit(model_details, facts))
         context = (await asyncio.wrap_future(self.ctx.text_work.submit(self.ctx.models.model, name)))["context_length"]
         architecture = str(facts.config.get("model_type", "")) or "mnn"
         self.send_json({"modelfile": "", "parameters": "", "template": "", "details": details,
                         # Ollama's key is <architecture>.context_length (e.g. qwen3.context_length): tools read it
                         "model_info": {"general.architecture": architecture, "general.parameter_count": count,
                                        f"{architecture}.context_length": context, "context_length": context},
-                        "capabilities": model_capabilities(facts.kind, facts.config),
+                        "capabilities": facts.capabilities,
                         "modified_at": _iso(facts.created), "name": tagged(name)})
 
 

@@ -137,8 +137,8 @@ class GenerationSession:
             return
         handler = self.handler
         async with handler.generation_turn() as engine:
-            check = await asyncio.wrap_future(handler.ctx.text_work.submit(structured.pending_check, engine.llm,
-                                                                            options))
+            model = engine.loaded_model
+            check = await asyncio.wrap_future(handler.ctx.text_work.submit(structured.pending_check, model, options))
         handler.end_turn()
         handler.release_model()  # leased again with the turn below
         if check is not None:
@@ -156,7 +156,7 @@ class GenerationSession:
             handler.check_not_cancelled(result)
             parser = self._parser()
             deltas = self._feed(parser, result.text) + (parser.finish() if parser is not None else [])
-            return Outcome(result, deltas, parser, self.dropped, engine.llm.token_bytes)
+            return Outcome(result, deltas, parser, self.dropped, engine.loaded_model.token_bytes)
 
     async def stream(self, start: Callable[[], Awaitable[None]], emit: Emit, emit_error: EmitError) -> Outcome | None:
         """Stream the answer: ``start()`` once the first piece is there (the
@@ -181,4 +181,4 @@ class GenerationSession:
             except MnnEngineError as exc:  # the status is sent: the dialect reports it in the stream
                 await emit_error(exc)
                 return None
-            return Outcome(result, [], parser, self.dropped, engine.llm.token_bytes)
+            return Outcome(result, [], parser, self.dropped, engine.loaded_model.token_bytes)

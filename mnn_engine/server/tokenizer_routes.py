@@ -48,15 +48,15 @@ class TokenizeHandler(BodyHandler):
         _field(body, "add_special_tokens", bool, True)
         self.choose_model(body)
         async with self.leased() as engine:
-            await self._tokenize(engine.llm, content, with_pieces, vllm)
+            await self._tokenize(engine.loaded_model, content, with_pieces, vllm)
 
     async def _tokenize(self, llm: Any, content: str, with_pieces: bool, vllm: bool) -> None:
         llm.check_prompt(content)  # the quick bound: more bytes than the context can hold
 
         def work() -> bytes:
-            ids = llm.tokenize(content, limit=llm.context_limit)
+            ids = llm.tokenize(content, limit=llm.context_length)
             if not with_pieces:
-                head = b'{"count":%d,"max_model_len":%d,' % (len(ids), llm.context_limit) if vllm else b"{"
+                head = b'{"count":%d,"max_model_len":%d,' % (len(ids), llm.context_length) if vllm else b"{"
                 return head + b'"tokens":' + jsonutil.dumps(ids) + b"}"
             pieces: dict[int, bytes] = {}  # each distinct token's JSON once
             for token in ids:
@@ -81,10 +81,10 @@ class DetokenizeHandler(BodyHandler):
         tokens = _field(body, "tokens", list)
         self.choose_model(body)
         async with self.leased() as engine:
-            llm = engine.llm
-            if len(tokens) > llm.context_limit:
+            llm = engine.loaded_model
+            if len(tokens) > llm.context_length:
                 raise MnnEngineError("context_length_exceeded", f"{len(tokens)} tokens; at most the context's "
-                                     f"{llm.context_limit} are detokenized at once", param="tokens")
+                                     f"{llm.context_length} are detokenized at once", param="tokens")
             text = await asyncio.wrap_future(self.ctx.text_work.submit(llm.detokenize, tokens))
         self.send_json({"content": text, "prompt": text})
 
@@ -103,7 +103,7 @@ class ApplyTemplateHandler(BodyHandler):
             self.choose_model(body)
             # in the queue's turn: rendering sets MNN's template config, which a generation on the model reads
             async with self.exclusive_turn() as engine:
-                llm = engine.llm
+                llm = engine.loaded_model
                 prompt = await asyncio.wrap_future(self.ctx.text_work.submit(
                     lambda: llm.apply_chat_template(request.messages, True, request.enable_thinking, request.tools)))
         finally:
@@ -118,7 +118,7 @@ class TokenizerInfoHandler(BodyHandler):
     async def get(self) -> None:
         self.choose_model({"model": self.get_query_argument("model", None)})
         async with self.leased() as engine:
-            info = engine.llm.tokenizer_info()
+            info = engine.loaded_model.tokenizer_info()
         self.send_json({"tokenizer_class": "MNN", **info})
 
 

@@ -31,7 +31,7 @@ cdef class GenerationSettings:
     cdef vector[string] stops
     cdef public uint64_t seed
     cdef public int max_tokens        # -1: no limit but the context
-    cdef public int context_limit
+    cdef public int context_length
     cdef public bint ignore_eos
     cdef public bint reuse            # keep the prompt prefix the KV cache holds
     cdef public bint whole_prefill    # the prompt in one forward (images, audio: MNN's Omni needs it so)
@@ -53,7 +53,7 @@ cdef class GenerationSettings:
             self.bias.push_back(pair[int, float](token, value))
         self.seed = 0
         self.max_tokens = -1
-        self.context_limit = 2048
+        self.context_length = 2048
         self.ignore_eos = False
         self.reuse = True
         self.whole_prefill = False

@@ -255,7 +255,7 @@ cdef class LlmCore:
         loop.callback = callback
         loop.has_callback = callback is not None
         loop.max_tokens = settings.max_tokens
-        loop.context_limit = settings.context_limit
+        loop.context_length = settings.context_length
         loop.ignore_eos = settings.ignore_eos
         loop.whole_prefill = settings.whole_prefill
         loop.exact_reuse = self.exact_reuse

@@ -24,7 +24,7 @@ cdef class _Loop:
     cdef cbool callback_failed
     cdef object error
     cdef int max_tokens
-    cdef int context_limit
+    cdef int context_length
     cdef cbool ignore_eos
     cdef cbool whole_prefill
     cdef cbool exact_reuse  # MNN's rows are batch-independent: prefill in the large chunks
@@ -171,7 +171,7 @@ cdef class _Loop:
                 self.finish = F_LENGTH
                 break
             # prompt + output fill the context: kv_base + row + 1 is what plain decoding would hold now
-            if <int>(kv_base + row + 2) >= self.context_limit:
+            if <int>(kv_base + row + 2) >= self.context_length:
                 self.finish = F_LENGTH
                 break
             if self.cancelled():
@@ -253,8 +253,8 @@ cdef class _Loop:
         cdef double p, expected, power, gain, best_gain
         if most <= 0:
             return 0
-        if kv_len + 1 + most > self.context_limit - 1:
-            most = self.context_limit - 2 - kv_len
+        if kv_len + 1 + most > self.context_length - 1:
+            most = self.context_length - 2 - kv_len
         if self.max_tokens >= 0 and <int>self.tokens.size() + most + 1 > self.max_tokens:
             most = self.max_tokens - <int>self.tokens.size() - 1
         found = <int>ngram_draft(self.history, most, &self.drafts)

@@ -39,7 +39,7 @@ class FakeEngine:
     def llm(self) -> Any:
         if self._model is None:
             raise MnnEngineError("model_not_loaded", "no model is loaded")
-        return SimpleNamespace(context_limit=DEFAULT_CONTEXT)
+        return SimpleNamespace(context_length=DEFAULT_CONTEXT)
 
     generating = False
     generation_cancelled = False

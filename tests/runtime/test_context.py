@@ -41,10 +41,10 @@ def test_truncate_drops_the_fewest_oldest_messages(small):
     assert dropped > 0 and dropped % 2 == 0  # whole turns: what is left starts with a user message
     kept = [SYSTEM, *chat[1 + dropped:]]
     assert result.prompt_tokens == len(small.prompt_ids(kept))
-    assert result.prompt_tokens + 32 < small.context_limit
+    assert result.prompt_tokens + 32 < small.context_length
     one_more = [SYSTEM, *chat[1 + dropped - 2:]]  # keeping one more turn would not fit with the answer
     try:
-        assert len(small.prompt_ids(one_more)) + 32 >= small.context_limit - 1
+        assert len(small.prompt_ids(one_more)) + 32 >= small.context_length - 1
     except MnnEngineError as exc:
         assert exc.code == "context_length_exceeded"
 
@@ -68,7 +68,7 @@ def test_truncate_refuses_when_the_last_message_alone_is_too_long(small):
 def test_context_length_load_option(tmp_path):
     with Engine(ModelStore(tmp_path)) as engine:
         engine.load(str(test_model_dir("tiny")), context_length=300, threads=1)
-        assert engine.snapshot()["model"]["context_limit"] == 300
+        assert engine.snapshot()["model"]["context_length"] == 300
         assert engine.snapshot()["model"]["options"]["context_length"] == 300
     with pytest.raises(MnnEngineError) as err, Engine(ModelStore(tmp_path)) as engine:
         engine.load(str(test_model_dir("tiny")), context_length=3)

@@ -128,7 +128,7 @@ def test_malformed_prompt_lists_are_400s(tiny, body, param):
 
 
 def test_a_prompt_past_the_context_is_refused_before_scoring(tiny):
-    ids = [100] * (tiny.engine.llm.context_limit + 1)
+    ids = [100] * (tiny.engine.llm.context_length + 1)
     status, answer = _post(tiny, "/v1/completions", {"prompt": ids, "echo": True, "logprobs": 1, "max_tokens": 0})
     assert status == 400 and answer["error"]["code"] == "context_length_exceeded"
 
@@ -138,13 +138,13 @@ def test_vllms_tokenizer_routes(tiny):
     status, _, raw = tiny.request("GET", "/tokenizer_info")
     info = json.loads(raw)
     assert status == 200 and info == {"tokenizer_class": "MNN", **llm.tokenizer_info()}
-    assert "eos_token" in info and info["model_max_length"] == llm.context_limit
+    assert "eos_token" in info and info["model_max_length"] == llm.context_length
     assert info["eos_token"] == "<|im_end|>"  # the export's (llm_config.json's jinja)
     [eos] = llm.tokenize(info["eos_token"])  # lm-eval's eos_token_id: the first id of its text
     assert llm._core.is_stop(eos)
     status, tokenized = _post(tiny, "/tokenize", {"prompt": "Hello world", "add_special_tokens": False})
     ids = llm.tokenize("Hello world")
-    assert status == 200 and tokenized == {"count": len(ids), "max_model_len": llm.context_limit, "tokens": ids}
+    assert status == 200 and tokenized == {"count": len(ids), "max_model_len": llm.context_length, "tokens": ids}
     status, text = _post(tiny, "/detokenize", {"tokens": ids})
     assert status == 200 and text == {"content": "Hello world", "prompt": "Hello world"}
     status, refused = _post(tiny, "/tokenize", {"prompt": "x", "add_special_tokens": "yes"})

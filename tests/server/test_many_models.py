@@ -361,7 +361,7 @@ def test_per_model_options_apply_when_it_loads_on_demand(tmp_path):
         assert s.openai.models.retrieve("tiny").model_extra["context_length"] == 512  # what it will load with
         s.openai.chat.completions.create(model="tiny", messages=CHAT, max_tokens=2)
         health = json.loads(s.request("GET", "/health")[1])
-        assert health["model"]["context_limit"] == 512 and health["model"]["options"]["threads"] == 1
+        assert health["model"]["context_length"] == 512 and health["model"]["options"]["threads"] == 1
         assert s.ollama.ps().models[0].context_length == 512
     finally:
         s.close()

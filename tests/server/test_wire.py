@@ -215,7 +215,7 @@ def test_ollama_show_names_fields_as_ollama_does(chat, tmp_path):
     client = ollama.Client(host=f"http://127.0.0.1:{chat.port}")
     shown = client.show("tiny-scripted")
     architecture = shown.modelinfo["general.architecture"]
-    assert architecture and shown.modelinfo[f"{architecture}.context_length"] == chat.engine.llm.context_limit
+    assert architecture and shown.modelinfo[f"{architecture}.context_length"] == chat.engine.llm.context_length
     assert shown.details.families == [shown.details.family]
     assert shown.details.quantization_level.startswith("Q")  # the test models are exported with quant_bit
     count = shown.modelinfo["general.parameter_count"]

@@ -407,7 +407,7 @@ function drawStreaming(force) {  // only the answer being written is redrawn
 }
 function drawContext() {  // the picked model's context (a store's server lists each model's)
   const picked = server.models.find((m) => m.id === $("model-picker").value);
-  const limit = (picked && picked.context_length) || (server.health && server.health.model && server.health.model.context_limit);
+  const limit = (picked && picked.context_length) || (server.health && server.health.model && server.health.model.context_length);
   const used = conv.context_used;
   $("context").textContent = limit ? `${used ? used : 0} / ${limit} tokens` : "";
   $("context").title = limit ? `context used by this conversation's last answer: ${used || 0} of ${limit} tokens` : "";
