@@ -11,6 +11,7 @@ the Ollama dialect's requests and ``serve --keep-alive``."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import types
@@ -45,8 +46,6 @@ class Spec:
     legacy: Mapping[str, Callable[[str], Any]] = dataclasses.field(default_factory=dict)
     #: the flag's reader, where the value is not a plain int/float/str (a duration, a size)
     parse: Callable[[str], Any] | None = None
-    #: False: a setting no flag gives (set by the API only)
-    flag: bool = True
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str,
@@ -90,8 +89,9 @@ def _resolve(hint: Any) -> tuple[type, bool]:
     return hint, nullable
 
 
-def settings(cls: type) -> list[Setting]:
-    """The fields of ``cls`` declared with ``option``, in their order."""
+@functools.cache
+def settings(cls: type) -> tuple[Setting, ...]:
+    """The fields of ``cls`` declared with ``option``, in their order (resolved once per class)."""
     hints = typing.get_type_hints(cls)
     found = []
     for f in dataclasses.fields(cls):
@@ -100,7 +100,7 @@ def settings(cls: type) -> list[Setting]:
             continue
         kind, nullable = _resolve(hints[f.name])
         found.append(Setting(f.name, kind, nullable, f.default, spec))
-    return found
+    return tuple(found)
 
 
 def expectation(setting: Setting) -> str:

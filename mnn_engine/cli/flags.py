@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import MnnEngineError
@@ -39,15 +39,12 @@ def _help(setting: Setting, unset: bool) -> str:
     return text + (", or the model's tuned preset" if unset else "") + ")"
 
 
-def add_flags(parser: Any, cls: type, *, unset: bool = False, skip: Iterable[str] = (),
-              containers: Mapping[str, Any] | None = None) -> None:
-    """A flag per declared field of ``cls`` (``skip``: fields given another way).
+def add_flags(parser: Any, cls: type, *, unset: bool = False, containers: Mapping[str, Any] | None = None) -> None:
+    """A flag per declared field of ``cls``.
     ``unset``: every flag defaults to None, so only what was typed is taken
     (``given``) and the rest comes from elsewhere (a model's preset).
     ``containers``: a field's flag goes there instead (a mutually exclusive group)."""
     for setting in settings(cls):
-        if not setting.spec.flag or setting.name in skip:
-            continue
         target = (containers or {}).get(setting.name, parser)
         names = [flag_name(setting.name), *setting.spec.aliases]
         kwargs: dict[str, Any] = {"dest": setting.name, "help": _help(setting, unset)}

@@ -92,6 +92,9 @@ def test_a_flag_out_of_range_is_refused_as_the_api_refuses_it(threads):
 
 def test_help_states_each_default_once_from_the_field():
     text = " ".join(_subparser("serve").format_help().split())
+    for cls in CLASSES:  # one "(default: ...)" per flag, none written by hand besides
+        for setting in settings(cls):
+            assert text.count(f"{setting.spec.help} (default: {setting.default_text}") == 1, setting.name
     assert "before it gets 429 (default: 60)" in text  # --queue-timeout, from DEFAULT_QUEUE_TIMEOUT
     assert "(default: 5m, as Ollama's)" in text  # --keep-alive
     assert "(default: low, or the model's tuned preset)" in text  # --precision: LoadOptions' default

@@ -61,7 +61,7 @@ def test_an_on_demand_load_reads_the_model_once(store, reads):
         pool.close()
 
 
-def test_a_replaced_model_is_read_again(store, reads, tmp_path):
+def test_a_replaced_model_is_read_again(store):
     first = store.model_dir(store.path("tiny"))
     assert store.model_dir(store.path("tiny")) is first
     config = store.path("tiny") / "config.json"
