@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -92,18 +91,3 @@ class MnnEngineError(Exception):
     def __repr__(self) -> str:
         return f"MnnEngineError({self.code!r}, {self.message!r}, param={self.param!r})"
 
-
-def invalid(param: str, message: str) -> MnnEngineError:
-    """Shorthand for an ``invalid_argument`` error about ``param``."""
-    return MnnEngineError("invalid_argument", f"{param}: {message}", param=param)
-
-
-def is_int(value: Any) -> bool:
-    """An int, not a bool: JSON has one number type and Python's ``bool`` is an ``int``, so a request's
-    ``true`` must never pass where a count is asked for (every argument check asks here)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value: Any) -> bool:
-    """An int or a float, not a bool (NaN and infinities included: callers bound the range)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -198,8 +198,7 @@ def chat_widget(engine: Engine | ModelPool, model: str | None = None, **options:
     try:
         import ipywidgets  # noqa: F401
     except ImportError as exc:
-        from .errors import MnnEngineError
+        from .checks import invalid
 
-        raise MnnEngineError("invalid_argument", "the chat widget needs ipywidgets: "
-                             "pip install 'mnn-engine[notebook]'", param="notebook") from exc
+        raise invalid("notebook", "the chat widget needs ipywidgets: pip install 'mnn-engine[notebook]'") from exc
     return ChatWidget(engine, model, **options)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import invalid, is_int, is_number
+from .checks import Rule, invalid, is_number
 
 _KEY = "mnn_engine.option"
 
@@ -75,6 +75,13 @@ class Setting:
             return "on" if self.default else "off"
         return f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
 
+    @property
+    def rule(self) -> Rule:
+        """What the field takes (``checks.Rule``: the one refusal format)."""
+        spec = self.spec
+        return Rule(list if self.kind is tuple else self.kind, spec.low, spec.high, spec.above, spec.choices,
+                    self.nullable, spec.why)
+
 
 def _resolve(hint: Any) -> tuple[type, bool]:
     nullable = False
@@ -103,64 +110,15 @@ def settings(cls: type) -> tuple[Setting, ...]:
     return tuple(found)
 
 
-def expectation(setting: Setting) -> str:
-    """What the setting takes, in words ("an integer from 1 to 8", "one of low, high")."""
-    spec = setting.spec
-    if spec.choices:
-        said = "one of " + ", ".join(str(c) for c in spec.choices)
-    elif setting.kind is bool:
-        said = "true or false"
-    elif setting.kind is tuple:
-        said = "a list of strings"
-    elif setting.kind is str:
-        said = "a string"
-    else:
-        noun = "an integer" if setting.kind is int else "a number"
-        low = None if spec.low is None else f"{spec.low:g}"
-        high = None if spec.high is None else f"{spec.high:g}"
-        if low is not None and high is not None and not spec.above:
-            said = f"{noun} from {low} to {high}"
-        elif low is not None:
-            said = f"{noun} {'above' if spec.above else 'of at least'} {low}" + \
-                (f" and at most {high}" if high is not None else "")
-        else:
-            said = noun if high is None else f"{noun} of at most {high}"
-    return said + (" (or none)" if setting.nullable and setting.default is None and setting.kind is not bool
-                   else "")
-
-
-def _fits(setting: Setting, value: Any) -> bool:
-    spec = setting.spec
-    if value is None:
-        return setting.nullable
-    if setting.kind is bool:
-        return isinstance(value, bool)
-    if setting.kind is tuple:
-        return isinstance(value, tuple) and all(isinstance(v, str) for v in value)
-    if setting.kind is str:
-        return isinstance(value, str) and (not spec.choices or value in spec.choices)
-    if not (is_int(value) if setting.kind is int else is_number(value) and math.isfinite(value)):
-        return False
-    if spec.choices:
-        return value in spec.choices
-    if spec.low is not None and (value <= spec.low if spec.above else value < spec.low):
-        return False
-    return spec.high is None or value <= spec.high
-
-
 def refusal(setting: Setting, value: Any) -> str | None:
     """Why ``value`` does not fit the setting (None: it fits), in the one format every check uses."""
-    if _fits(setting, value):
-        return None
-    return f"must be {expectation(setting)} (got {value!r}{'; ' + setting.spec.why if setting.spec.why else ''})"
+    return setting.rule.refusal(value)
 
 
 def check(instance: Any) -> None:
     """``invalid_argument`` naming the first declared field of ``instance`` whose value does not fit."""
     for setting in settings(type(instance)):
-        reason = refusal(setting, getattr(instance, setting.name))
-        if reason is not None:
-            raise invalid(setting.name, reason)
+        setting.rule.check(getattr(instance, setting.name), setting.name)
 
 
 # ---------------------------------------------------------------- durations
@@ -201,7 +159,7 @@ def keep_alive_seconds(value: Any) -> float | None:
     else:
         raise invalid("keep_alive", f"Unsupported type: '{type(value).__name__}'")
     if math.isnan(seconds):
-        raise invalid("keep_alive", "keep_alive is not a number")
+        raise invalid("keep_alive", "is not a number")
     return None if seconds < 0 or math.isinf(seconds) else seconds
 
 

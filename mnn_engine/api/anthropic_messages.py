@@ -37,7 +37,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import ERROR_CODES, MnnEngineError, invalid, is_int
+from ..checks import boolean, invalid, is_int, obj, strings
+from ..errors import ERROR_CODES, MnnEngineError
 from ..runtime.generation import GenerationResult
 from .openai_chat import ChatRequest, Delta, MediaPolicy, arguments_object, function_tool, parse_chat_request
 
@@ -102,19 +103,19 @@ def _text_of(blocks: Any, where: str) -> str:
 def _image_part(block: Mapping[str, Any], where: str) -> dict[str, Any]:
     source = block.get("source")
     if not isinstance(source, Mapping):
-        raise invalid(where, f"{where}.source is required")
+        raise invalid(f"{where}.source", "is required")
     if source.get("type") != "base64":
-        raise invalid(where, f"{where}.source.type must be \"base64\" (the server fetches nothing from "
+        raise invalid(f"{where}.source.type", f"must be \"base64\" (the server fetches nothing from "
                              f"the network; got {source.get('type')!r})")
     media_type, data = source.get("media_type"), source.get("data")
     if not isinstance(media_type, str) or not media_type.startswith("image/") or not isinstance(data, str):
-        raise invalid(where, f"{where}.source needs media_type (image/...) and base64 data")
+        raise invalid(f"{where}.source", "needs media_type (image/...) and base64 data")
     return {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{data}"}}
 
 
 def _tool_result(block: Mapping[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(block.get("tool_use_id"), str):
-        raise invalid(where, f"{where}.tool_use_id is required")
+        raise invalid(f"{where}.tool_use_id", "is required")
     content = block.get("content", "")
     text = _text_of(content, f"{where}.content") if content is not None else ""
     if block.get("is_error"):
@@ -127,7 +128,7 @@ def _tool_use(block: Mapping[str, Any], where: str) -> dict[str, Any]:
         raise invalid(where, "needs id and name")
     arguments = block.get("input", {})
     if not isinstance(arguments, Mapping):
-        raise invalid(where, f"{where}.input must be an object")
+        raise invalid(f"{where}.input", "must be an object")
     return {"id": block["id"], "type": "function",
             "function": {"name": block["name"], "arguments": json.dumps(arguments, ensure_ascii=False)}}
 
@@ -139,12 +140,12 @@ def _message(message: Any, index: int) -> list[dict[str, Any]]:
         raise invalid(where, "must be an object")
     role = message.get("role")
     if role not in ("user", "assistant"):
-        raise invalid(f"{where}.role", f"{where}.role must be \"user\" or \"assistant\"")
+        raise invalid(f"{where}.role", "must be \"user\" or \"assistant\"")
     content = message.get("content")
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
-        raise invalid(f"{where}.content", f"{where}.content must be a string or a list of content blocks")
+        raise invalid(f"{where}.content", "must be a string or a list of content blocks")
     out: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
@@ -175,7 +176,7 @@ def _message(message: Any, index: int) -> list[dict[str, Any]]:
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
     if not isinstance(tools, list):
-        raise invalid("tools", "'tools' must be a list")
+        raise invalid("tools", "must be a list")
     out = []
     for index, tool in enumerate(tools):
         where = f"tools[{index}]"
@@ -193,10 +194,10 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
 
 def _tool_choice(choice: Any) -> Any:
     if not isinstance(choice, Mapping) or choice.get("type") not in ("auto", "any", "tool", "none"):
-        raise invalid("tool_choice", "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}")
+        raise invalid("tool_choice", "must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}")
     if choice["type"] == "tool":
         if not isinstance(choice.get("name"), str):
-            raise invalid("tool_choice", "tool_choice of type \"tool\" needs the tool's name")
+            raise invalid("tool_choice", "of type \"tool\" needs the tool's name")
         return {"type": "function", "function": {"name": choice["name"]}}
     return {"auto": "auto", "any": "required", "none": "none"}[choice["type"]]
 
@@ -207,7 +208,7 @@ THINKING_TYPES = ("enabled", "adaptive", "between_tools", "disabled")
 
 def _thinking(thinking: Any, max_tokens: int) -> bool:
     if not isinstance(thinking, Mapping) or thinking.get("type") not in THINKING_TYPES:
-        raise invalid("thinking", "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N}, "
+        raise invalid("thinking", "must be {\"type\": \"enabled\", \"budget_tokens\": N}, "
                                   "{\"type\": \"adaptive\"} or {\"type\": \"disabled\"}")
     if thinking["type"] == "enabled":
         budget = thinking.get("budget_tokens")
@@ -220,8 +221,7 @@ def _thinking(thinking: Any, max_tokens: int) -> bool:
 def _output_config(output: Any) -> dict[str, Any]:
     """``output_config.format`` (a JSON schema the answer follows) through the structured-output path;
     ``effort`` is accepted (the models served here have no effort levels)."""
-    if not isinstance(output, Mapping):
-        raise invalid("output_config", "'output_config' must be an object")
+    obj(output, "output_config")
     fmt = output.get("format")
     if fmt is None:
         return {}
@@ -232,14 +232,13 @@ def _output_config(output: Any) -> dict[str, Any]:
 
 def chat_body(body: Any, *, counting: bool = False) -> dict[str, Any]:
     """The chat route's request body for a Messages request (``counting``: count_tokens, no max_tokens)."""
-    if not isinstance(body, Mapping):
-        raise invalid("body", "the request body must be a JSON object")
+    obj(body, "body")
     max_tokens = body.get("max_tokens")
     if not counting and (not is_int(max_tokens) or max_tokens < 1):
-        raise invalid("max_tokens", "max_tokens is required: a positive integer")
+        raise invalid("max_tokens", "is required: a positive integer")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise invalid("messages", "messages must be a non-empty list")
+        raise invalid("messages", "must be a non-empty list")
     out: dict[str, Any] = {"messages": []}
     if body.get("system") is not None:
         out["messages"].append({"role": "system", "content": _text_of(body["system"], "system")})
@@ -251,11 +250,8 @@ def chat_body(body: Any, *, counting: bool = False) -> dict[str, Any]:
         if body.get(theirs) is not None:
             out[ours] = body[theirs]
     stops = body.get("stop_sequences")
-    if stops is not None:
-        if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-            raise invalid("stop_sequences", "stop_sequences must be a list of strings")
-        if stops:
-            out["stop"] = stops
+    if stops is not None and strings(stops, "stop_sequences"):
+        out["stop"] = stops
     if body.get("tools"):
         out["tools"] = _tools(body["tools"])
     if body.get("tool_choice") is not None:
@@ -265,13 +261,8 @@ def chat_body(body: Any, *, counting: bool = False) -> dict[str, Any]:
     output = body.get("output_config")
     if output is not None:
         out.update(_output_config(output))
-    metadata = body.get("metadata")
-    if metadata is not None and not isinstance(metadata, Mapping):
-        raise invalid("metadata", "metadata must be an object")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise invalid("stream", "'stream' must be true or false")
-    out["stream"] = stream
+    obj(body.get("metadata"), "metadata", nullable=True)
+    out["stream"] = boolean(body.get("stream", False), "stream")
     return out
 
 

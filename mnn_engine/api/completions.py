@@ -4,13 +4,12 @@ response envelope, legacy log-probabilities and usage. No Tornado, no Engine."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import is_int
+from ..checks import integer, invalid, is_int, obj
 from ..runtime.generation import ScoreResult, TokenLogprob
-from .openai_chat import SAMPLING_FIELDS, Completion, bad, boolean_field, finite_logprob
+from .openai_chat import SAMPLING_FIELDS, Completion, boolean_field, finite_logprob
 
 #: OpenAI's default for this route
 DEFAULT_MAX_TOKENS = 16
@@ -59,35 +58,33 @@ def _prompts(prompt: Any) -> list[str | list[int]]:
         return [prompt]
     if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
         if len(prompt) > MAX_PROMPTS:
-            raise bad("prompt", f"at most {MAX_PROMPTS} prompts per request ({len(prompt)} given)")
+            raise invalid("prompt", f"at most {MAX_PROMPTS} prompts per request ({len(prompt)} given)")
         for index, item in enumerate(prompt):
             if not _is_prompt(item):
-                raise bad("prompt", f"prompt[{index}] must be non-empty text or token ids")
+                raise invalid(f"prompt[{index}]", "must be non-empty text or token ids")
         return list(prompt)
-    raise bad("prompt", "'prompt' must be non-empty text, token ids, or a list of either")
+    raise invalid("prompt", "must be non-empty text, token ids, or a list of either")
 
 
 def parse_completion_request(body: Any) -> CompletionRequest:
     """Validate a legacy completions body (unknown fields are ignored)."""
-    if not isinstance(body, Mapping):
-        raise bad("body", "the request body must be a JSON object")
+    obj(body, "body")
     prompts = _prompts(body.get("prompt"))
     for name in UNSUPPORTED:
         if body.get(name) not in (None, ""):
-            raise bad(name, f"'{name}' is not supported")
+            raise invalid(name, "is not supported")
     for name in ("n", "best_of"):
         if body.get(name) not in (None, 1):
-            raise bad(name, f"only {name}=1 is supported")
+            raise invalid(name, "only 1 is supported")
     sampling: dict[str, Any] = {name: body[name] for name in SAMPLING_FIELDS if body.get(name) is not None}
     echo = boolean_field(body, "echo")
     generate = True
     max_tokens = body.get("max_tokens", DEFAULT_MAX_TOKENS)
     if max_tokens is not None:
-        if not is_int(max_tokens):
-            raise bad("max_tokens", "'max_tokens' must be an integer (-1 for no limit)")
+        integer(max_tokens, "max_tokens", why="-1: no limit")
         if max_tokens == 0:
             if not echo:
-                raise bad("max_tokens", "'max_tokens': 0 leaves nothing to answer without 'echo'")
+                raise invalid("max_tokens", "0 leaves nothing to answer without 'echo'")
             generate = False  # the prompt and its log-probabilities: scoring only
         else:
             sampling["max_tokens"] = max_tokens
@@ -95,17 +92,14 @@ def parse_completion_request(body: Any) -> CompletionRequest:
         sampling["stop"] = body["stop"]
     logprobs = body.get("logprobs")
     if logprobs is not None:
-        if not is_int(logprobs) or not 0 <= logprobs <= MAX_LEGACY_LOGPROBS:
-            raise bad("logprobs", f"'logprobs' must be an integer from 0 to {MAX_LEGACY_LOGPROBS}")
+        integer(logprobs, "logprobs", low=0, high=MAX_LEGACY_LOGPROBS)
         sampling.update(logprobs=True, top_logprobs=logprobs)
     if body.get("response_format") is not None:
         sampling["response_format"] = body["response_format"]
     request = CompletionRequest(prompts=prompts, sampling=sampling, stream=boolean_field(body, "stream"), echo=echo,
                                 generate=generate)
-    options = body.get("stream_options")
+    options = obj(body.get("stream_options"), "stream_options", nullable=True)
     if options is not None:
-        if not isinstance(options, Mapping):
-            raise bad("stream_options", "'stream_options' must be an object")
         request.include_usage = boolean_field(options, "include_usage")
     return request
 

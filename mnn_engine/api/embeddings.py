@@ -9,17 +9,12 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import is_int
-from .openai_chat import bad
+from ..checks import integer
 
 
 def dimensions_field(body: Mapping[str, Any]) -> int | None:
     """The optional ``dimensions`` field (both dialects): a positive integer."""
-    dimensions = body.get("dimensions")
-    if dimensions is not None and (not is_int(dimensions)
-                                   or dimensions < 1):
-        raise bad("dimensions", "'dimensions' must be a positive integer")
-    return dimensions
+    return integer(body.get("dimensions"), "dimensions", low=1, nullable=True)
 
 
 def shortened(vector: list[float], dimensions: int) -> list[float]:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import invalid
+from ..checks import boolean, invalid, obj
 from ..options import keep_alive_seconds
 from ..runtime.generation import GenerationResult
 from .openai_chat import ChatRequest, MediaPolicy, arguments_object, finish_reason, parse_chat_request
@@ -43,9 +43,7 @@ def keep_alive_field(body: Mapping[str, Any]) -> Any:
 
 
 def sampling_options(body: Mapping[str, Any]) -> dict[str, Any]:
-    options = body.get("options") or {}
-    if not isinstance(options, Mapping):
-        raise invalid("options", "'options' must be an object")
+    options = obj(body.get("options") or {}, "options")
     sampling = {ours: options[theirs] for theirs, ours in OPTIONS.items() if options.get(theirs) is not None}
     if sampling.get("max_tokens") in (-1, -2):  # Ollama: -1 no limit, -2 fill the context
         sampling["max_tokens"] = -1
@@ -55,13 +53,13 @@ def sampling_options(body: Mapping[str, Any]) -> dict[str, Any]:
     elif isinstance(fmt, Mapping):
         sampling["response_format"] = {"type": "json_schema", "json_schema": {"name": "format", "schema": fmt}}
     elif fmt not in (None, ""):
-        raise invalid("format", "'format' must be \"json\" or a JSON schema")
+        raise invalid("format", "must be \"json\" or a JSON schema")
     return sampling
 
 
 def _image_part(data: Any) -> dict[str, Any]:
     if not isinstance(data, str):
-        raise invalid("images", "images must be base64 strings")
+        raise invalid("images", "must be base64 strings")
     try:
         head = base64.b64decode(data[:64] + "=" * (-len(data[:64]) % 4), validate=False)
     except ValueError as exc:
@@ -84,14 +82,14 @@ def openai_messages(messages: Any) -> Any:
         converted = dict(message)
         images = message.get("images")
         if images is not None and not isinstance(images, list):
-            raise invalid("images", "'images' must be a list of base64 strings")
+            raise invalid("images", "must be a list of base64 strings")
         if images:
             converted["content"] = [{"type": "text", "text": message.get("content") or ""},
                                     *(_image_part(i) for i in images)]
             converted.pop("images")
         calls = message.get("tool_calls")
         if calls is not None and not isinstance(calls, list):
-            raise invalid("tool_calls", "'tool_calls' must be a list")
+            raise invalid("tool_calls", "must be a list")
         if calls:
             converted["tool_calls"] = [_tool_call(call, f"messages[{index}].tool_calls[{i}]")
                                        for i, call in enumerate(calls)]
@@ -142,7 +140,7 @@ def chat_request(body: Mapping[str, Any], messages: Any, policy: MediaPolicy) ->
         # served here only switch thinking on or off, so any level is on (the README says so)
         think = True
     if think is not None and not isinstance(think, bool):
-        raise invalid("think", f"'think' must be true, false or one of {', '.join(THINK_LEVELS)}")
+        raise invalid("think", f"must be true, false or one of {', '.join(THINK_LEVELS)}")
     if isinstance(think, bool):
         openai_body["chat_template_kwargs"] = {"enable_thinking": think}
     request = parse_chat_request(openai_body, policy)
@@ -155,7 +153,4 @@ def chat_request(body: Mapping[str, Any], messages: Any, policy: MediaPolicy) ->
 
 
 def stream_flag(body: Mapping[str, Any]) -> bool:
-    stream = body.get("stream", True)  # Ollama streams unless told not to
-    if not isinstance(stream, bool):
-        raise invalid("stream", "'stream' must be true or false")
-    return stream
+    return boolean(body.get("stream", True), "stream")  # Ollama streams unless told not to

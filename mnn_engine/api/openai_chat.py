@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..errors import MnnEngineError, is_int
+from ..checks import boolean, choice, integer, invalid, obj
 from ..runtime import media
 from ..runtime.generation import GenerationResult, TokenLogprob
 from ..runtime.image_decode import write_decoded_image
@@ -42,9 +42,6 @@ MAX_IMAGES = 8
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
                     "repetition_penalty", "seed", "logit_bias", "speculative", "draft_tokens")
 
-
-def bad(param: str, message: str) -> MnnEngineError:
-    return MnnEngineError("invalid_argument", message, param=param)
 
 
 @dataclass
@@ -95,8 +92,7 @@ class MediaPolicy:
 def parse_chat_request(body: Any, media_policy: MediaPolicy | None = None) -> ChatRequest:
     """Validate an OpenAI chat completion request body (unknown fields are ignored)."""
     policy = media_policy or MediaPolicy()
-    if not isinstance(body, Mapping):
-        raise bad("body", "the request body must be a JSON object")
+    obj(body, "body")
     request = ChatRequest(messages=ChatMessages(), sampling={})
     try:
         _parse_options(body, request)
@@ -112,24 +108,20 @@ def boolean_field(body: Mapping[str, Any], name: str, default: bool = False) -> 
     value = body.get(name, default)
     if value is None:
         return default
-    if not isinstance(value, bool):
-        raise bad(name, f"'{name}' must be true or false")
-    return value
+    return boolean(value, name)
 
 
 def _parse_options(body: Mapping[str, Any], request: ChatRequest) -> None:
     n = body.get("n", 1)
     if n not in (1, None):
-        raise bad("n", "only n=1 is supported")
+        raise invalid("n", "only 1 is supported")
     max_tokens = None
     for name in ("max_completion_tokens", "max_tokens", "n_predict"):
         if body.get(name) is not None:
             max_tokens = body[name]
             break
     if max_tokens is not None:
-        if not is_int(max_tokens):
-            raise bad("max_tokens", "'max_tokens' must be an integer (-1 for no limit)")
-        request.sampling["max_tokens"] = max_tokens
+        request.sampling["max_tokens"] = integer(max_tokens, "max_tokens", why="-1: no limit")
     for name in SAMPLING_FIELDS:
         if body.get(name) is not None:
             request.sampling[name] = body[name]
@@ -142,23 +134,21 @@ def _parse_options(body: Mapping[str, Any], request: ChatRequest) -> None:
     if body.get("context_overflow") is not None:  # "truncate": drop the oldest messages to fit
         request.sampling["context_overflow"] = body["context_overflow"]
     request.stream = boolean_field(body, "stream")
-    options = body.get("stream_options")
+    options = obj(body.get("stream_options"), "stream_options", nullable=True)
     if options is not None:
-        if not isinstance(options, Mapping):
-            raise bad("stream_options", "'stream_options' must be an object")
         request.include_usage = boolean_field(options, "include_usage")
     if boolean_field(body, "logprobs"):
         request.sampling["logprobs"] = True
         if body.get("top_logprobs") is not None:
             request.sampling["top_logprobs"] = body["top_logprobs"]
     elif body.get("top_logprobs") not in (None, 0):
-        raise bad("top_logprobs", "'top_logprobs' needs 'logprobs': true")
+        raise invalid("top_logprobs", "needs 'logprobs': true")
     _parse_thinking(body, request)
     _parse_tools(body, request)
     fmt = body.get("response_format")
     if fmt is not None:
         if not isinstance(fmt, Mapping) or fmt.get("type") not in ("text", "json_object", "json_schema"):
-            raise bad("response_format", "'response_format' must be {\"type\": \"text\" | \"json_object\" | "
+            raise invalid("response_format", "must be {\"type\": \"text\" | \"json_object\" | "
                                          "\"json_schema\"}")
         if fmt["type"] != "text":
             request.sampling["response_format"] = fmt  # the schema is checked by mnn_engine.runtime.structured
@@ -167,16 +157,12 @@ def _parse_options(body: Mapping[str, Any], request: ChatRequest) -> None:
 def _parse_thinking(body: Mapping[str, Any], request: ChatRequest) -> None:
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None:
-        if not isinstance(kwargs, Mapping):
-            raise bad("chat_template_kwargs", "'chat_template_kwargs' must be an object")
+        obj(kwargs, "chat_template_kwargs")
         if "enable_thinking" in kwargs:
-            if not isinstance(kwargs["enable_thinking"], bool):
-                raise bad("chat_template_kwargs", "'enable_thinking' must be true or false")
-            request.enable_thinking = kwargs["enable_thinking"]
+            request.enable_thinking = boolean(kwargs["enable_thinking"], "chat_template_kwargs.enable_thinking")
     effort = body.get("reasoning_effort")
     if effort is not None:
-        if effort not in ("none", "minimal", "low", "medium", "high"):
-            raise bad("reasoning_effort", "'reasoning_effort' must be none, minimal, low, medium or high")
+        choice(effort, "reasoning_effort", ("none", "minimal", "low", "medium", "high"))
         if effort == "none":
             request.enable_thinking = False
         elif request.enable_thinking is None:
@@ -206,16 +192,16 @@ def _parse_tools(body: Mapping[str, Any], request: ChatRequest) -> None:
     choice = body.get("tool_choice", "auto")
     if tools is None:
         if choice not in ("auto", "none", None):
-            raise bad("tool_choice", "'tool_choice' needs 'tools'")
+            raise invalid("tool_choice", "needs 'tools'")
         return
     if not isinstance(tools, list) or not all(isinstance(t, Mapping) for t in tools):
-        raise bad("tools", "'tools' must be a list of objects")
+        raise invalid("tools", "must be a list of objects")
     for i, tool in enumerate(tools):
         function = tool.get("function")
         if tool.get("type", "function") != "function" or not isinstance(function, Mapping):
-            raise bad(f"tools[{i}]", "each tool must be {\"type\": \"function\", \"function\": {...}}")
+            raise invalid(f"tools[{i}]", "each tool must be {\"type\": \"function\", \"function\": {...}}")
         if not isinstance(function.get("name"), str) or not function["name"]:
-            raise bad(f"tools[{i}].function.name", "a function needs a name")
+            raise invalid(f"tools[{i}].function.name", "a function needs a name")
     names = {t["function"]["name"] for t in tools}
     if choice in (None, "auto"):
         pass
@@ -226,11 +212,11 @@ def _parse_tools(body: Mapping[str, Any], request: ChatRequest) -> None:
     elif isinstance(choice, Mapping) and isinstance(choice.get("function"), Mapping):
         name = choice["function"].get("name")
         if name not in names:
-            raise bad("tool_choice", f"tool_choice names {name!r}, which is not in 'tools'")
+            raise invalid("tool_choice", f"names {name!r}, which is not in 'tools'")
         tools = [t for t in tools if t["function"]["name"] == name]
         request.tool_choice = choice
     else:
-        raise bad("tool_choice", "'tool_choice' must be auto, none, required or {\"type\": \"function\", ...}")
+        raise invalid("tool_choice", "must be auto, none, required or {\"type\": \"function\", ...}")
     request.tools = [_neutralized(dict(t)) for t in tools]
     request.parse_tools = True
 
@@ -240,14 +226,14 @@ def _parse_messages(messages: Any, policy: MediaPolicy, request: ChatRequest) ->
     calls), then the model's own, once (``chat_messages``): the engine takes
     the result as it is."""
     if not isinstance(messages, list) or not messages:
-        raise bad("messages", "'messages' must be a non-empty list")
+        raise invalid("messages", "must be a non-empty list")
     out = []
     for where, message in _objects(messages, "messages"):
         role = message.get("role")
         if role not in ROLES:
-            raise bad(f"{where}.role", f"{where}.role must be one of {', '.join(sorted(ROLES))}")
+            raise invalid(f"{where}.role", f"must be one of {', '.join(sorted(ROLES))}")
         if message.get("content") is None and not (role == "assistant" and message.get("tool_calls")):
-            raise bad(f"{where}.content", f"{where}.content is required for a {role} message")
+            raise invalid(f"{where}.content", f"is required for a {role} message")
         content = _content_text(message.get("content"), where, policy, request)
         if role == "assistant" and message.get("tool_calls"):
             content += media.neutralize(_tool_calls_text(message["tool_calls"], where))
@@ -272,7 +258,7 @@ def _objects(items: list[Any], name: str) -> Iterator[tuple[str, Mapping[str, An
     for i, item in enumerate(items):
         where = f"{name}[{i}]"
         if not isinstance(item, Mapping):
-            raise bad(where, f"{where} must be an object")
+            raise invalid(where, "must be an object")
         yield where, item
 
 
@@ -282,80 +268,80 @@ def _content_text(content: Any, where: str, policy: MediaPolicy, request: ChatRe
     if isinstance(content, str):
         return media.neutralize(content)
     if not isinstance(content, list):
-        raise bad(f"{where}.content", f"{where}.content must be a string or a list of parts")
+        raise invalid(f"{where}.content", "must be a string or a list of parts")
     texts = []
     for here, part in _objects(content, f"{where}.content"):
         kind = part.get("type")
         if kind == "text":
             if not isinstance(part.get("text"), str):
-                raise bad(here, f"{here}.text must be a string")
+                raise invalid(f"{here}.text", "must be a string")
             texts.append(media.neutralize(part["text"]))
         elif kind == "image_url":
             texts.append(media.tag("img", _image_file(part.get('image_url'), here, policy, request)))
         elif kind == "input_audio":
             texts.append(media.tag("audio", _audio_file(part.get("input_audio"), here, policy, request)))
         else:
-            raise bad(here, f"{here}: unsupported content part type {kind!r} (text, image_url, input_audio)")
+            raise invalid(here, f"unsupported content part type {kind!r} (text, image_url, input_audio)")
     return "".join(texts)
 
 
 def _image_file(spec: Any, where: str, policy: MediaPolicy, request: ChatRequest) -> str:
     if not policy.model_is_visual:
-        raise bad(where, "this model is text-only: it does not accept images")
+        raise invalid(where, "this model is text-only: it does not accept images")
     url = spec.get("url") if isinstance(spec, Mapping) else spec
     if not isinstance(url, str) or not url:
-        raise bad(where, f"{where}.image_url.url must be a string")
+        raise invalid(f"{where}.image_url.url", "must be a string")
     if len(request.media_files) >= MAX_IMAGES:
-        raise bad(where, f"at most {MAX_IMAGES} images and sounds per request")
+        raise invalid(where, f"at most {MAX_IMAGES} images and sounds per request")
     if url.startswith("data:"):
         header, _, payload = url.partition(",")
         if not header.endswith(";base64") or not header[5:].startswith("image/"):
-            raise bad(where, "image data URLs must look like data:image/<type>;base64,...")
+            raise invalid(where, "image data URLs must look like data:image/<type>;base64,...")
         if len(payload) > policy.max_image_bytes * 4 // 3 + 4:
-            raise bad(where, f"the image is larger than {policy.max_image_bytes} bytes")
+            raise invalid(where, f"the image is larger than {policy.max_image_bytes} bytes")
         try:
             data = base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError) as exc:
-            raise bad(where, "the image data URL is not valid base64") from exc
+            raise invalid(where, "the image data URL is not valid base64") from exc
     elif url.startswith("file://"):
         if not policy.allow_file_urls:
-            raise bad(where, "file:// image URLs are not allowed on this server")
+            raise invalid(where, "file:// image URLs are not allowed on this server")
         path = Path(urllib.parse.unquote(urllib.parse.urlparse(url).path))
         if not path.is_file():
-            raise bad(where, f"no image file at {path}")
+            raise invalid(where, f"no image file at {path}")
         if path.stat().st_size > policy.max_image_bytes:
-            raise bad(where, f"the image is larger than {policy.max_image_bytes} bytes")
+            raise invalid(where, f"the image is larger than {policy.max_image_bytes} bytes")
         data = path.read_bytes()
     else:
-        raise bad(where, "image URLs must be data: URLs (the server fetches nothing from the network)")
+        raise invalid(where, "image URLs must be data: URLs (the server fetches nothing from the network)")
     if not data:
-        raise bad(where, "the image is empty")
+        raise invalid(where, "the image is empty")
     try:  # decoded in full here; MNN reads the pixels back from a plain BMP (runtime/image_decode.py)
         return _private_file(request, lambda out: write_decoded_image(data, out), ".bmp", "img")
     except MediaRefused as exc:
-        raise bad(where, f"{where}: {exc}") from exc
+        raise invalid(where, str(exc)) from exc
 
 
 def _audio_file(spec: Any, where: str, policy: MediaPolicy, request: ChatRequest) -> str:
     """OpenAI's ``input_audio`` part (``{"data": base64, "format": "wav"}``) as a private WAV file."""
     if not policy.model_is_audio:
-        raise bad(where, "this model does not take sound (an audio model, e.g. Qwen2-Audio, does)")
+        raise invalid(where, "this model does not take sound (an audio model, e.g. Qwen2-Audio, does)")
     if not isinstance(spec, Mapping) or not isinstance(spec.get("data"), str):
-        raise bad(where, f"{where}.input_audio must be {{\"data\": base64, \"format\": \"wav\"}}")
+        raise invalid(f"{where}.input_audio", "must be {\"data\": base64, \"format\": \"wav\"}")
     if spec.get("format", "wav") != "wav":
-        raise bad(where, f"{where}.input_audio.format: MNN reads WAV only (got {spec.get('format')!r})")
+        raise invalid(f"{where}.input_audio.format", f"MNN reads WAV only (got {spec.get('format')!r})")
     if len(request.media_files) >= MAX_IMAGES:
-        raise bad(where, f"at most {MAX_IMAGES} images and sounds per request")
+        raise invalid(where, f"at most {MAX_IMAGES} images and sounds per request")
     if len(spec["data"]) > policy.max_image_bytes * 4 // 3 + 4:
-        raise bad(where, f"the sound is larger than {policy.max_image_bytes} bytes")
+        raise invalid(where, f"the sound is larger than {policy.max_image_bytes} bytes")
     try:
         data = base64.b64decode(spec["data"], validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise bad(where, "the sound is not valid base64") from exc
+        raise invalid(where, "the sound is not valid base64") from exc
     try:
         read_wav_header(data)
     except MediaRefused as exc:
-        raise bad(where, f"{where}: {exc}") from exc
+        raise invalid(where, str(exc)) from exc
     return _private_file(request, lambda out: out.write(data), ".wav", "audio")
 
 
@@ -380,12 +366,12 @@ def _private_file(request: ChatRequest, write: Callable[[BinaryIO], object], suf
 def _tool_calls_text(tool_calls: Any, where: str) -> str:
     """An assistant message's earlier tool calls, written back as the model wrote them."""
     if not isinstance(tool_calls, list):
-        raise bad(f"{where}.tool_calls", "tool_calls must be a list")
+        raise invalid(f"{where}.tool_calls", "must be a list")
     parts = []
     for call in tool_calls:
         function = call.get("function") if isinstance(call, Mapping) else None
         if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-            raise bad(f"{where}.tool_calls", "each tool call needs function.name")
+            raise invalid(f"{where}.tool_calls", "each tool call needs function.name")
         arguments = function.get("arguments", "{}")
         if isinstance(arguments, str):
             with contextlib.suppress(json.JSONDecodeError):

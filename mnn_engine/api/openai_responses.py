@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import invalid, is_number
+from ..checks import invalid, number, obj
 from ..runtime.generation import GenerationResult, TokenLogprob
 from .openai_chat import (
     ChatRequest,
@@ -83,7 +83,7 @@ def input_items(value: Any) -> list[dict[str, Any]]:
     if isinstance(value, str):
         value = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": value}]}]
     if not isinstance(value, list) or not value:
-        raise invalid("input", "'input' must be a string or a non-empty list of items")
+        raise invalid("input", "must be a string or a non-empty list of items")
     items = []
     for index, item in enumerate(value):
         if not isinstance(item, Mapping):
@@ -158,7 +158,7 @@ def chat_messages(items: list[dict[str, Any]], instructions: str | None) -> list
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
     if not isinstance(tools, list):
-        raise invalid("tools", "'tools' must be a list")
+        raise invalid("tools", "must be a list")
     out = []
     for index, tool in enumerate(tools):
         where = f"tools[{index}]"
@@ -183,13 +183,12 @@ def _tool_choice(choice: Any) -> Any:
 
 
 def _format(text: Any) -> dict[str, Any] | None:
-    if not isinstance(text, Mapping):
-        raise invalid("text", "'text' must be an object")
+    obj(text, "text")
     fmt = text.get("format")
     if fmt is None:
         return None
     if not isinstance(fmt, Mapping) or fmt.get("type") not in ("text", "json_object", "json_schema"):
-        raise invalid("text.format", "text.format must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}")
+        raise invalid("text.format", "must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}")
     if fmt["type"] == "json_schema":
         if not isinstance(fmt.get("schema"), Mapping):
             raise invalid("text.format", "a json_schema format needs its schema")
@@ -205,10 +204,7 @@ _BOUNDS = {"temperature": (0.0, 2.0), "top_p": (0.0, 1.0)}
 def _options(body: Mapping[str, Any], out: dict[str, Any]) -> None:
     """Sampling, limits, tools and formats, as the chat route's fields."""
     for name, (low, high) in _BOUNDS.items():
-        value = body.get(name)
-        if value is not None and (not is_number(value)
-                                  or not low <= value <= high):
-            raise invalid(name, f"'{name}' must be a number from {low:g} to {high:g}")
+        number(body.get(name), name, low=low, high=high, nullable=True)
     if body.get("max_output_tokens") is not None:
         out["max_tokens"] = body["max_output_tokens"]
     for name in ("temperature", "top_p", "seed", "top_k", "stop", "ignore_eos"):  # the last three: extensions
@@ -223,15 +219,12 @@ def _options(body: Mapping[str, Any], out: dict[str, Any]) -> None:
         if fmt is not None:
             out["response_format"] = fmt
     reasoning = body.get("reasoning")
-    if reasoning is not None:
-        if not isinstance(reasoning, Mapping):
-            raise invalid("reasoning", "'reasoning' must be an object")
-        if reasoning.get("effort") is not None:
-            effort = reasoning["effort"]
-            out["reasoning_effort"] = "high" if effort == "xhigh" else effort
+    if reasoning is not None and obj(reasoning, "reasoning").get("effort") is not None:
+        effort = reasoning["effort"]
+        out["reasoning_effort"] = "high" if effort == "xhigh" else effort
     include = body.get("include")
     if include is not None and (not isinstance(include, list) or any(i not in INCLUDE for i in include)):
-        raise invalid("include", f"'include' takes a list of: {', '.join(INCLUDE)}")
+        raise invalid("include", f"takes a list of: {', '.join(INCLUDE)}")
     top = body.get("top_logprobs")
     if (include and LOGPROBS in include) or top:  # alternatives asked for are log-probabilities asked for
         out["logprobs"] = True
@@ -240,18 +233,17 @@ def _options(body: Mapping[str, Any], out: dict[str, Any]) -> None:
     metadata = body.get("metadata")
     if metadata is not None and (not isinstance(metadata, Mapping) or len(metadata) > 16 or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
-        raise invalid("metadata", "metadata must be at most 16 string keys and values")
+        raise invalid("metadata", "must be at most 16 string keys and values")
 
 
 def responses_request(body: Any, history: list[dict[str, Any]], policy: MediaPolicy) -> ResponsesRequest:
     """A Responses request as the chat route's (its images decoded: run off the IOLoop); ``history`` is
     ``previous_response_id``'s conversation, as items."""
-    if not isinstance(body, Mapping):
-        raise invalid("body", "the request body must be a JSON object")
+    obj(body, "body")
     items = input_items(body.get("input"))
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
-        raise invalid("instructions", "'instructions' must be text")
+        raise invalid("instructions", "must be text")
     chat_body: dict[str, Any] = {"messages": chat_messages([*history, *items], instructions)}
     _options(body, chat_body)
     if chat_body.get("tool_choice") in ("auto", "none") and not chat_body.get("tools"):

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
+from ..checks import integer, invalid
 from ..engine.settings import LoadOptions
-from ..errors import MnnEngineError, invalid, is_int
 from ..runtime.build import require_backend
 from ..runtime.llm import Llm
 from ..store.models import ModelStore
@@ -63,8 +63,7 @@ def bench(model: str | os.PathLike[str], options: LoadOptions, *, prompt_len: in
           progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Load ``model`` with ``options`` and measure; returns a JSON-ready report."""
     for name, value, low in (("prompt_len", prompt_len, 1), ("gen", gen, 2), ("runs", runs, 1)):
-        if not is_int(value) or value < low:
-            raise invalid(name, f"must be an integer >= {low}")
+        integer(value, name, low=low)
     options = options.validate()
     require_backend(options.backend)
     store = store or ModelStore()
@@ -142,8 +141,7 @@ def tune(model: str, base: LoadOptions, *, prompt_len: int, gen: int, runs: int,
     store = store or ModelStore()
     model_id, _ = store.resolve(model)
     if model_id is None:
-        raise MnnEngineError("invalid_argument", "--tune needs a model in the store (import it first)",
-                             param="model")
+        raise invalid("model", "--tune needs a model in the store (import it first)")
     table: list[dict[str, Any]] = []
 
     def measure(candidates: list[LoadOptions]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
+from ..checks import invalid
 from ..engine.engine import Engine
 from ..errors import MnnEngineError
 from ..runtime.generation import GenerationResult
@@ -162,7 +163,7 @@ def _engine(args: argparse.Namespace) -> tuple[Any, str, str | None]:
         remote = RemoteEngine(args.url, args.model, api_key=config.api_key())
         return remote, remote.describe(), args.model or "server"
     if not args.model:
-        raise MnnEngineError("invalid_argument", "name a MODEL, or a running server with --url URL", param="model")
+        raise invalid("model", "name a MODEL, or a running server with --url URL")
     pull_if_missing(args)
     engine = Engine()
     try:

@@ -19,6 +19,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from ..checks import invalid
 from ..errors import ERROR_CODES, MnnEngineError
 from ..runtime.generation import GenerationResult
 
@@ -35,7 +36,7 @@ class RemoteEngine:
                  timeout: float = 600.0) -> None:
         parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise MnnEngineError("invalid_argument", f"--url {url!r} is not an http:// server address", param="url")
+            raise invalid("url", f"--url {url!r} is not an http:// server address")
         self.url = f"{parts.scheme}://{parts.netloc}"
         self._parts = parts
         self.model = model

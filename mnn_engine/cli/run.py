@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
+from ..checks import invalid
 from ..engine.engine import Engine, model_options
 from ..engine.settings import LoadOptions
-from ..errors import MnnEngineError
 from ..runtime import media
 from ..runtime.media_header import MediaRefused, read_image_header
 from ..store.models import ModelStore
@@ -37,7 +37,7 @@ def _response_format(args: argparse.Namespace) -> dict[str, Any]:
     try:
         schema = json.loads(Path(args.json_schema).expanduser().read_text())
     except (OSError, ValueError) as exc:
-        raise MnnEngineError("invalid_argument", f"--json-schema {args.json_schema}: {exc}", param="json_schema") \
+        raise invalid("json_schema", f"--json-schema {args.json_schema}: {exc}") \
             from exc
     return {"response_format": {"type": "json_schema", "json_schema": {"name": "cli", "schema": schema}}}
 
@@ -49,13 +49,13 @@ def _images(args: argparse.Namespace) -> list[Path]:
         try:
             read_image_header(path.read_bytes())
         except OSError as exc:
-            raise MnnEngineError("invalid_argument", f"--image {name}: {exc.strerror or exc}", param="image") \
+            raise invalid("image", f"--image {name}: {exc.strerror or exc}") \
                 from exc
         except MediaRefused as exc:
-            raise MnnEngineError("invalid_argument", f"--image {name}: {exc}", param="image") from exc
+            raise invalid("image", f"--image {name}: {exc}") from exc
         paths.append(path)
     if paths and args.raw:
-        raise MnnEngineError("invalid_argument", "--image goes with a chat prompt, not --raw", param="image")
+        raise invalid("image", "--image goes with a chat prompt, not --raw")
     return paths
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
+from ..checks import invalid
 from ..engine.engine import Engine
 from ..engine.pool import ModelPool
 from ..engine.protocol import ServedModels
@@ -30,17 +31,16 @@ from .flags import add_flags, given
 def _api_key(args: argparse.Namespace) -> str | None:
     if args.api_key is not None:
         if not args.api_key.strip():
-            raise MnnEngineError("invalid_argument", "--api-key is empty: give a key, or leave the option out "
-                                 "to serve without authentication", param="api_key")
+            raise invalid("api_key", "--api-key is empty: give a key, or leave the option out "
+                                 "to serve without authentication")
         return args.api_key
     if args.api_key_file:
         try:
             key = Path(args.api_key_file).expanduser().read_text().strip()
         except OSError as exc:
-            raise MnnEngineError("invalid_argument", f"cannot read the API key file: {exc}",
-                                 param="api_key_file") from exc
+            raise invalid("api_key_file", f"cannot read the API key file: {exc}") from exc
         if not key:
-            raise MnnEngineError("invalid_argument", "the API key file is empty", param="api_key_file")
+            raise invalid("api_key_file", "the API key file is empty")
         return key
     return config.api_key()
 
@@ -56,8 +56,7 @@ def _models(args: argparse.Namespace) -> tuple[ServedModels, Callable[[], None],
     """What the server serves, how to let it go, and how to say it."""
     if args.no_switch:
         if args.max_loaded not in (None, 1):
-            raise MnnEngineError("invalid_argument", "--no-switch serves one model: --max-loaded 1 or none",
-                                 param="max_loaded")
+            raise invalid("max_loaded", "--no-switch serves one model: --max-loaded 1 or none")
         engine = Engine()
         model = args.model or engine.store.last_loaded()
         if model is None:

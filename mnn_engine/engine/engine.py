@@ -213,10 +213,9 @@ class Engine:
         store model's tuned preset (``bench --tune``) is the base, with any
         keyword options (``threads=2``...) applied on top. Returns the model
         part of the snapshot."""
-        # bad options fail before anything else (the keyword ones are checked again over the model's preset)
-        given = _options_from(options, option_kwargs) if options is not None or option_kwargs else None
+        # an unknown model first (as Ollama and the pool answer), then the options, each checked once
         model_id, path = self.store.resolve(model)
-        opts = given if options is not None and given is not None else \
+        opts = _options_from(options, option_kwargs) if options is not None else \
             model_options(self.store, model_id, overrides=option_kwargs)
         require_backend(opts.backend)
         with self._lock:

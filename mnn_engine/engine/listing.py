@@ -14,7 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..errors import MnnEngineError, is_int
+from ..checks import is_int
+from ..errors import MnnEngineError
 from ..runtime.llm import DEFAULT_CONTEXT
 from ..runtime.model_files import (
     CONFIG_NAME,

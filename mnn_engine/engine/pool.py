@@ -31,24 +31,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from ..errors import MnnEngineError, is_int, is_number
-from ..hub import catalog
+from ..checks import integer, invalid, is_number, string
+from ..errors import MnnEngineError
 from ..runtime.memory import give_back_memory, total_memory_bytes
-from ..runtime.model_files import CONFIG_NAME
-from ..store.layout import ModelInfo, served_name
+from ..store.layout import ModelInfo
 from ..store.models import ModelStore
 from .engine import Engine, model_options, pull_with_events, server_launcher
 from .events import EventStream
-from .listing import NEVER, ModelFacts, directory_bytes, facts_are_stale, model_entry, read_facts
-from .naming import model_not_found, names
+from .listing import NEVER, ModelFacts, model_entry
 from .protocol import ACQUIRE_TIMEOUT_S
+from .roster import ModelRoster
 from .settings import DEFAULT_KEEP_ALIVE_S, MOST_LOADED, SMALL_DEVICE_BYTES, LoadOptions
 
 log = logging.getLogger("mnn_engine.pool")
@@ -75,9 +74,7 @@ def plan_memory(total_ram: int, model_sizes: list[int], max_loaded: int | None =
     budget = int(total_ram * MEMORY_SHARE) if total_ram else 0
     ram = f"{total_ram / 2**30:.1f} GiB of RAM" if total_ram else "RAM unknown"
     if max_loaded is not None:
-        if not is_int(max_loaded) or max_loaded < 1:
-            raise MnnEngineError("invalid_argument", f"max_loaded must be at least 1 (got {max_loaded!r})",
-                                 param="max_loaded")
+        integer(max_loaded, "max_loaded", low=1)
         return MemoryPlan(max_loaded, budget, f"--max-loaded {max_loaded} ({ram})", count)
     if total_ram and total_ram < SMALL_DEVICE_BYTES:
         return MemoryPlan(1, budget, f"{ram}, under {SMALL_DEVICE_BYTES // 2**30} GiB: one model at a time", count)
@@ -93,8 +90,6 @@ class _Slot:
     """A model the pool can serve, and its state."""
 
     name: str
-    target: str  # what Engine.load takes: the store ID or the model directory
-    model_id: str | None
     engine: Engine | None = None
     state: str = "unloaded"  # loading, loaded, unloading
     users: int = 0
@@ -104,8 +99,6 @@ class _Slot:
     # unload() while leased: the holders' releases with the default keep-alive leave it expired (Ollama sets a
     # request's own keep_alive when it acquires: a later request's lease clears this)
     unload_pending: bool = False
-    size_bytes: int = 0
-    facts: ModelFacts | None = field(default=None, repr=False)
 
 
 class Lease:
@@ -141,6 +134,8 @@ class ModelPool:
                  engine_factory: Callable[[ModelStore, EventStream], Engine] | None = None) -> None:
         self._engine_factory = engine_factory or (lambda store, events: Engine(store, events=events))
         self.store = store if store is not None else ModelStore()
+        #: the served names and each model's facts (this pool schedules; the roster knows what is served)
+        self.roster = ModelRoster(self.store)
         self.events = EventStream()
         self.defaults = dict(defaults or {})
         LoadOptions().updated(self.defaults)  # bad flags fail before anything loads
@@ -164,21 +159,14 @@ class ModelPool:
     # ---------------------------------------------------------------- names
     def _in_use(self, model_id: str) -> bool:
         with self._cond:
-            return any(s.model_id == model_id and s.state != "unloaded" for s in self._slots.values())
-
-    def _store_ids(self) -> list[str]:
-        models = self.store.models_dir
-        try:
-            names = sorted(p.name for p in models.iterdir() if not p.name.startswith("."))
-        except OSError:
-            return []
-        return [n for n in names if (models / n / CONFIG_NAME).is_file()]
+            busy = [s.name for s in self._slots.values() if s.state != "unloaded"]
+        return any(self.roster.target(name)[0] == model_id for name in busy)
 
     def _slot_for(self, name: str) -> _Slot:
         with self._cond:
             slot = self._slots.get(name)
             if slot is None:
-                slot = self._slots[name] = _Slot(name, target=name, model_id=name)
+                slot = self._slots[name] = _Slot(name)
             return slot
 
     def resolve(self, asked: Any, *, strict: bool = True) -> str:
@@ -187,25 +175,10 @@ class ModelPool:
         ``qwen3:0.6b`` and ``tiny:latest``); none named: the default (the
         preloaded model, else the one used last). ``model_not_found`` for
         anything else, with the pull command for a catalog name not pulled
-        yet: a request never downloads. ``strict`` is the protocol's
-        (``SingleModel`` reads it): a pool's names are always strict."""
-        if asked is not None and not isinstance(asked, str):
-            raise MnnEngineError("invalid_argument", "'model' must be a string", param="model")
-        if not asked:
-            return self._default()
-        with self._cond:
-            for slot in self._slots.values():  # the preloaded model, a directory, is a slot of its own
-                if slot.model_id is None and names(asked, slot.name):
-                    return slot.name
-        ids = self._store_ids()
-        for model_id in ids:
-            if names(asked, model_id):
-                return self._slot_for(model_id).name
-        entry = catalog.find(asked.removesuffix(":latest").replace(":", "-"))
-        if entry is not None:
-            raise MnnEngineError("model_not_found", f'model "{asked}" is not in the store; pull it first (POST '
-                                 f"/api/pull, or python -m mnn_engine models pull {entry.name})", param="model")
-        raise model_not_found(asked)
+        yet: a request never downloads (``ModelRoster.resolve``). ``strict``
+        is the protocol's (``SingleModel`` reads it): a pool's names are always strict."""
+        string(asked, "model", nullable=True)
+        return self.roster.resolve(asked) if asked else self._default()
 
     def _default(self) -> str:
         if self.default_name is not None:
@@ -216,9 +189,8 @@ class ModelPool:
             return used[-1].name
         last = self.store.last_loaded()
         if last is not None:
-            return self._slot_for(last).name
-        raise MnnEngineError("invalid_argument", "model is required: name one of the models GET /v1/models "
-                             "lists", param="model")
+            return last
+        raise invalid("model", "is required: name one of the models GET /v1/models lists")
 
     # ---------------------------------------------------------------- leases
     def try_acquire(self, name: str) -> Lease | None:
@@ -244,7 +216,7 @@ class ModelPool:
         if lease is not None:
             return lease
         slot = self._slot_for(name)
-        self._size(slot)  # read now, not while _cond is held (the IOLoop's try_acquire takes it)
+        self.roster.size(name)  # read now, not while _cond is held (the IOLoop's try_acquire takes it)
         deadline = time.monotonic() + timeout
         if not self._load_lock.acquire(timeout=max(0.0, timeout)):
             raise MnnEngineError("busy", f"waited {timeout:g} s for another model's load")
@@ -267,7 +239,7 @@ class ModelPool:
         while True:
             loaded = [s for s in self._slots.values() if s.state == "loaded" and s is not slot]
             idle = sorted((s for s in loaded if s.users == 0), key=lambda s: s.last_used)
-            size = self._size(slot)
+            size = self.roster.size(slot.name)
             victims: list[_Slot] = []
             kept = list(loaded)
             while self._over(kept, size) and idle:
@@ -290,29 +262,21 @@ class ModelPool:
         too big for the budget (alone, a model always loads)."""
         too_many = len(kept) + 1 > self.max_loaded
         too_big = bool(self.memory_budget) and bool(kept) and \
-            sum(self._size(s) for s in kept) + size > self.memory_budget
+            sum(self.roster.size(s.name) for s in kept) + size > self.memory_budget
         return too_many or too_big
-
-    def _size(self, slot: _Slot) -> int:
-        """A slot's weights on disk, a store model's or a directory's (read
-        once; the loaded ones' were read before their load)."""
-        if not slot.size_bytes:
-            with contextlib.suppress(MnnEngineError, OSError):
-                slot.size_bytes = self.store.get(slot.model_id).size_bytes if slot.model_id is not None \
-                    else directory_bytes(Path(slot.target))
-        return slot.size_bytes
 
     def _load(self, slot: _Slot, overrides: Mapping[str, Any] | None = None) -> Lease:
         """Load ``slot`` (holding ``_load_lock``) and lease it."""
-        self._size(slot)
-        options = model_options(self.store, slot.model_id, defaults=self.defaults, overrides=overrides)
+        self.roster.size(slot.name)
+        model_id, target = self.roster.target(slot.name)
+        options = model_options(self.store, model_id, defaults=self.defaults, overrides=overrides)
         engine = self._engine_factory(ModelStore(self.store.root), self.events)
         with self._cond:
             slot.state = "loading"
             self._loading = {"model": slot.name, "started": time.time(), "progress": None}
         started = time.monotonic()
         try:
-            engine.load(slot.target, options)
+            engine.load(target, options)
         except BaseException as exc:
             engine.close()
             with self._cond:
@@ -347,12 +311,9 @@ class ModelPool:
         for requests that name none, kept loaded (``serve MODEL``). Returns
         its served name. ``overrides``: load options for it alone (``serve``'s
         flags, which are also the defaults for the rest)."""
-        model_id, path = self.store.resolve(model)
-        name = served_name(model_id, str(path))
+        name = self.roster.add(model)
+        slot = self._slot_for(name)
         with self._cond:
-            slot = self._slots.get(name)
-            if slot is None:
-                slot = self._slots[name] = _Slot(name, target=model_id or str(path), model_id=model_id)
             slot.keep_forever = True
         with self._load_lock:
             lease = self._load(slot, {**self.defaults, **(overrides or {})})
@@ -453,47 +414,34 @@ class ModelPool:
         return any(engine.generation_cancelled for _, engine in self.loaded_engines())
 
     def facts(self, name: str) -> ModelFacts:
-        """What a model is, from its files (reads them once: call it off the IOLoop)."""
+        """What a model is, from its files (``ModelRoster.facts``: read once; off the IOLoop)."""
         with self._cond:
-            slot = self._slots.get(name)
-        if slot is None:
-            slot = self._slot_for(self.resolve(name))
-        if slot.facts is not None and facts_are_stale(self.store, slot.facts):
-            slot.facts = None  # replaced since (pull --update, import --replace): read it again
-        if slot.facts is None:
-            slot.facts = read_facts(self.store, slot.name, slot.model_id, slot.target)
-            slot.size_bytes = slot.facts.size_bytes
-        return slot.facts
+            known = name in self._slots
+        return self.roster.facts(name if known else self.resolve(name))
 
     def models(self) -> list[dict[str, Any]]:
         """Every model this pool serves (the store's, and a preloaded
         directory), with its state (reads the store: off the IOLoop)."""
-        for model_id in self._store_ids():
-            self._slot_for(model_id)
-        with self._cond:
-            slots = list(self._slots.values())
         out = []
-        for slot in sorted(slots, key=lambda s: s.name):
+        for name in self.roster.names():
             try:
-                facts = self.facts(slot.name)
+                facts = self.roster.facts(name)
             except MnnEngineError:
                 continue  # deleted meanwhile, or broken: not served
-            out.append(self._entry(slot, facts))
+            out.append(self._entry(facts))
         return out
 
     def model(self, name: str) -> dict[str, Any]:
         """One served model's entry (as ``models`` lists it); reads its files: off the IOLoop."""
-        facts = self.facts(name)
-        with self._cond:
-            slot = self._slots[facts.name]
-        return self._entry(slot, facts)
+        return self._entry(self.facts(name))
 
-    def _entry(self, slot: _Slot, facts: ModelFacts) -> dict[str, Any]:
+    def _entry(self, facts: ModelFacts) -> dict[str, Any]:
         with self._cond:
+            slot = self._slots.get(facts.name) or _Slot(facts.name)  # never leased yet: unloaded
             engine = slot.engine if slot.state == "loaded" else None
             users, state, expires = slot.users, slot.state, slot.expires
         return model_entry(facts, engine=engine, state=state, users=users, expires=expires,
-                           default=slot.name == self.default_name, store=self.store, defaults=self.defaults)
+                           default=facts.name == self.default_name, store=self.store, defaults=self.defaults)
 
     def snapshot(self) -> dict[str, Any]:
         """The engine-style picture of the pool (/health): the model in
@@ -550,7 +498,6 @@ def check_keep_alive(seconds: Any) -> float | None:
     """A keep-alive in seconds (None: forever), or ``invalid_argument``."""
     if seconds is None:
         return None
-    if not is_number(seconds) or seconds != seconds:
-        raise MnnEngineError("invalid_argument", f"keep_alive must be a number of seconds (got {seconds!r})",
-                             param="keep_alive")
+    if not is_number(seconds) or math.isnan(seconds):  # infinite is taken: forever
+        raise invalid("keep_alive", f"must be a number of seconds (got {seconds!r})")
     return None if seconds < 0 or seconds == float("inf") else float(seconds)

@@ -10,11 +10,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import invalid
+from ..checks import invalid
 from ..options import check, keep_alive_flag, option
 from ..runtime.build import BACKENDS
 from ..runtime.device import default_threads
-from ..runtime.llm import DEFAULT_DRAFT_TOKENS
+from ..runtime.llm import BROKEN_QUANT_QKV, DEFAULT_DRAFT_TOKENS, QUANT_QKV_MODES
 from ..runtime.sampling import MAX_DRAFT_TOKENS, SPECULATIVE
 
 PRECISIONS = ("low", "high")
@@ -47,8 +47,8 @@ class LoadOptions:
     dynamic_option: int | None = option(None, low=0, high=8, help=(
         "MNN's dynamic_option: trades memory for speed in its low-memory int4/int8 kernels (none: MNN's "
         "own)"))
-    quant_qkv: int | None = option(None, choices=(0, 1, 2), aliases=("--kv-quant",),
-                                   why="MNN's modes 3 and 4 are broken in MNN 3.6.1", help=(
+    quant_qkv: int | None = option(None, choices=QUANT_QKV_MODES, aliases=("--kv-quant",), why=BROKEN_QUANT_QKV,
+                                   help=(
         "MNN's KV-cache quantisation: 0 off, 1 or 2 quantised keys (faster decode, slightly different "
         "outputs; the same results in MNN 3.6.1); 3 gives garbage text and 4 corrupts the heap, so both are "
         "refused"))

@@ -10,12 +10,14 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from ..checks import string
 from ..errors import MnnEngineError
 from ..store.layout import ModelInfo, served_name
 from .engine import Engine
-from .listing import NEVER, ModelFacts, facts_are_stale, model_entry, read_facts
+from .listing import NEVER, ModelFacts, model_entry
 from .naming import model_not_found, names
 from .protocol import ACQUIRE_TIMEOUT_S
+from .roster import ModelRoster
 
 
 class SingleLease:
@@ -46,7 +48,10 @@ class SingleModel:
         self.model_id: str | None = snap.get("id")
         self.target: str = snap.get("path") or ""
         self.default_name: str = served_name(self.model_id, snap.get("path")) or "model"
-        self._facts: ModelFacts | None = None
+        #: its facts, read once per version of its files (as the pool's)
+        self.roster = ModelRoster(self.store)
+        if self.model_id is None and self.target:
+            self.roster.add(self.target)
         self._users = 0
         self._lock = threading.Lock()
 
@@ -54,8 +59,7 @@ class SingleModel:
     def resolve(self, asked: Any, *, strict: bool = True) -> str:
         """The one model, whatever ``asked`` names, unless ``strict`` (Ollama's
         routes: a name must name it, else ``model_not_found``)."""
-        if asked is not None and not isinstance(asked, str):
-            raise MnnEngineError("invalid_argument", "'model' must be a string", param="model")
+        string(asked, "model", nullable=True)
         if strict and asked and not names(asked, self.default_name, self.model_id):
             raise model_not_found(asked)
         return self.default_name
@@ -95,11 +99,7 @@ class SingleModel:
 
     def facts(self, name: str) -> ModelFacts:
         """The one model's facts (reads its files the first time: off the IOLoop)."""
-        self.resolve(name)
-        facts = self._facts
-        if facts is None or facts_are_stale(self.store, facts):
-            facts = self._facts = read_facts(self.store, self.default_name, self.model_id, self.target)
-        return facts
+        return self.roster.facts(self.resolve(name))
 
     def models(self) -> list[dict[str, Any]]:
         """The one model, or none once it failed and was unloaded (nothing is served)."""

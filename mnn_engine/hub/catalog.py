@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
+from ..checks import invalid
 from ..errors import MnnEngineError
 from .sources import version_tuple
 
@@ -53,7 +54,7 @@ class CatalogEntry:
     def repo(self, source: str) -> str:
         repo = self.hf if source == "hf" else self.modelscope
         if not repo:
-            raise MnnEngineError("invalid_argument", f"{self.name} is not published on {source}", param="source")
+            raise invalid("source", f"{self.name} is not published on {source}")
         return repo
 
     def to_dict(self) -> dict[str, Any]:

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import config, jsonutil
-from ..errors import MnnEngineError, is_int
+from ..checks import invalid, is_int
+from ..errors import MnnEngineError
 from ..net import is_loopback_host
 from ..version import __version__
 
@@ -374,7 +375,7 @@ def _object(entry: Any, what: str) -> dict[str, Any]:
 
 def _check_repo(repo: str) -> str:
     if not is_repo_name(repo):
-        raise MnnEngineError("invalid_argument", f"{repo!r} is not a repository name (ORG/NAME)", param="model")
+        raise invalid("model", f"{repo!r} is not a repository name (ORG/NAME)")
     return repo
 
 

@@ -14,7 +14,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import MnnEngineError, invalid, is_int
+from ..checks import invalid, is_int
+from ..errors import MnnEngineError
 
 #: Most inputs one call takes (OpenAI's limit for /v1/embeddings).
 MAX_INPUTS = 2048

@@ -8,7 +8,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import MnnEngineError, invalid
+from ..checks import invalid
+from ..errors import MnnEngineError
 
 INSTALL_HINT = "structured output needs the grammar engine: pip install 'mnn-engine[structured]' (llguidance)"
 #: Grammars are compiled on a thread with this stack. llguidance recurses over

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import _mnn
-from ..errors import MnnEngineError, invalid, is_int, is_number
+from ..checks import choice, integer, invalid, is_number
+from ..errors import MnnEngineError
 from . import load_checks, media, structured
 from .build import load_backend_library
 from .embedding import EmbeddingInput, EmbeddingResult, embedding_inputs, template_wrap, vector_from
@@ -105,12 +106,16 @@ def check_speculative(speculative: Any, draft_tokens: Any) -> None:
     GenerationConfig(draft_tokens=draft_tokens).validate()
 
 
+#: MNN's KV-cache quantisation modes that work in MNN 3.6.1 (``LoadOptions.quant_qkv`` takes the same)
+QUANT_QKV_MODES = (0, 1, 2)
+BROKEN_QUANT_QKV = "MNN's modes 3 and 4 are broken in MNN 3.6.1"
+
+
 def check_quant_qkv(value: Any) -> None:
     """Refuse MNN KV-cache quantisation modes that are broken in MNN 3.6.1
     (3 gives garbage text on real models, 4 corrupts the heap on Qwen3-shaped
     ones), wherever the setting comes from."""
-    if value is not None and (not is_int(value) or value not in range(3)):
-        raise invalid("quant_qkv", f"must be 0, 1 or 2 (got {value!r}; MNN's modes 3 and 4 are broken in MNN 3.6.1)")
+    choice(value, "quant_qkv", QUANT_QKV_MODES, nullable=True, why=BROKEN_QUANT_QKV)
 
 
 def _close_core(core: _mnn.LlmCore) -> None:
@@ -187,9 +192,7 @@ class Llm:
             raise invalid("config_overrides", f"must be JSON-serialisable: {exc}") from exc
         check_quant_qkv({**self.file_config, **config_overrides}.get("quant_qkv"))
         for key in _INT_CONFIG_KEYS & config_overrides.keys():
-            value = config_overrides[key]
-            if not is_int(value) or not 1 <= value <= INT32_MAX:
-                raise invalid(key, f"must be an integer from 1 to {INT32_MAX} (got {value!r})")
+            integer(config_overrides[key], key, low=1, high=INT32_MAX)
         self.config_overrides = dict(config_overrides)
         #: Reuse the KV cache across generations by default (GenerationConfig.cache_prompt decides per call).
         self.prompt_cache = prompt_cache
@@ -395,9 +398,8 @@ class Llm:
         inside a generation's own callback it raises ``invalid_argument``: it
         would wait for that generation to end, which waits for the callback."""
         if self._generating_thread == threading.get_ident():
-            raise MnnEngineError("invalid_argument", f"{self.model_dir.name}: close() was called from inside this "
-                                 "model's own generation callback, which close would wait for forever: close the "
-                                 "model after the generation returns")
+            raise invalid("close", f"{self.model_dir.name}: called from inside this model's own generation callback, "
+                          "which close would wait for forever: close the model after the generation returns")
         with self._state_lock:
             with self._pins_cond:
                 core, self._core = self._core, None
@@ -839,9 +841,7 @@ class Llm:
     def _score_inputs(self, prompt: Prompt, continuation: str | Sequence[int],
                       top_logprobs: int) -> tuple[list[int], list[int]]:
         self.require_kind("chat")
-        if not is_int(top_logprobs) or \
-                not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
-            raise invalid("top_logprobs", f"must be an integer in [0, {MAX_TOP_LOGPROBS}]")
+        integer(top_logprobs, "top_logprobs", low=0, high=MAX_TOP_LOGPROBS)
         prompt_ids = self.prompt_ids(prompt)
         if isinstance(continuation, str):
             target_ids = self.tokenize(continuation)

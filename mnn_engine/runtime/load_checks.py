@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import is_number
+from ..checks import is_number
 from .build import engine_identity
 
 #: the file in the prepared-weights directory that holds the results

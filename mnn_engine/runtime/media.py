@@ -20,7 +20,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 
-from ..errors import MnnEngineError
+from ..checks import invalid
 from .image_decode import check_image
 from .media_header import MediaRefused, read_wav_header
 
@@ -106,8 +106,7 @@ def check_files(text: str) -> None:
             elif kind == "audio":
                 read_wav_header(data, complete=len(data) < MAX_HEADER_BYTES)
         except (OSError, MediaRefused) as exc:
-            raise MnnEngineError("invalid_argument", f"{'image' if kind == 'img' else kind} {path}: {exc}",
-                                 param="image" if kind == "img" else kind) from exc
+            raise invalid("image" if kind == "img" else kind, f"{path}: {exc}") from exc
 
 
 def tag(kind: str, path: str) -> str:

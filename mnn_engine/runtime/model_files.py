@@ -20,7 +20,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .. import jsonutil
-from ..errors import MnnEngineError, is_int
+from ..checks import is_int
+from ..errors import MnnEngineError
 from .mnn_graph import GraphError, read_graph, read_graph_file, read_output_names
 
 CONFIG_NAME = "config.json"

@@ -9,7 +9,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..errors import MnnEngineError, invalid, is_int
+from ..checks import invalid, is_int
+from ..errors import MnnEngineError
 from .sampling import is_valid_unicode
 from .tokenizing import utf8_len
 

@@ -10,8 +10,10 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .. import _mnn
-from ..errors import invalid, is_int, is_number
+from ..checks import boolean, choice, integer, invalid, number, obj
 
+#: the native loop takes C ints
+INT32_MAX = 2**31 - 1
 MAX_STOP_STRINGS = 16
 MAX_TOP_LOGPROBS = 20
 #: Speculative decoding: "ngram" (prompt-lookup drafts) or "off"
@@ -88,69 +90,34 @@ class GenerationConfig:
         return config
 
     def validate(self) -> None:
-        """Raise ``MnnEngineError('invalid_argument')`` for any value out of range."""
-        if self.context_overflow not in CONTEXT_OVERFLOW:
-            raise invalid("context_overflow", f"must be {' or '.join(CONTEXT_OVERFLOW)}")
-        for name in ("logprobs", "ignore_eos", "cache_prompt"):
-            value = getattr(self, name)
-            if not isinstance(value, bool) and not (name == "cache_prompt" and value is None):
-                raise invalid(name, "must be true or false")
-        if self.speculative is not None and self.speculative not in SPECULATIVE:
-            raise invalid("speculative", f"must be {' or '.join(SPECULATIVE)} (got {self.speculative!r})")
-        if self.draft_tokens is not None:
-            _int("draft_tokens", self.draft_tokens)
-            if not 1 <= self.draft_tokens <= MAX_DRAFT_TOKENS:
-                raise invalid("draft_tokens", f"must be from 1 to {MAX_DRAFT_TOKENS} (got {self.draft_tokens})")
-        if self.max_tokens is not None:
-            _int("max_tokens", self.max_tokens)
-            if self.max_tokens == 0 or self.max_tokens < -1:
-                raise invalid("max_tokens", f"must be >= 1, or -1/None for no limit (got {self.max_tokens})")
-        if self.temperature is not None:
-            _number("temperature", self.temperature)
-            if self.temperature < 0:
-                raise invalid("temperature", f"must be >= 0 (got {self.temperature})")
-        if self.top_k is not None:
-            _int("top_k", self.top_k)
-            if self.top_k < 0:
-                raise invalid("top_k", f"must be >= 0, 0 disables it (got {self.top_k})")
-        if self.top_p is not None:
-            _number("top_p", self.top_p)
-            if not 0 < self.top_p <= 1:
-                raise invalid("top_p", f"must be in (0, 1] (got {self.top_p})")
-        if self.min_p is not None:
-            _number("min_p", self.min_p)
-            if not 0 <= self.min_p <= 1:
-                raise invalid("min_p", f"must be in [0, 1] (got {self.min_p})")
-        if self.repetition_penalty is not None:
-            _number("repetition_penalty", self.repetition_penalty)
-            if self.repetition_penalty <= 0:
-                raise invalid("repetition_penalty", f"must be > 0 (got {self.repetition_penalty})")
-        for name in ("presence_penalty", "frequency_penalty"):
-            value = getattr(self, name)
-            if value is not None:
-                _number(name, value)
-                if not -2 <= value <= 2:
-                    raise invalid(name, f"must be in [-2, 2] (got {value})")
-        if not isinstance(self.logit_bias, Mapping):
-            raise invalid("logit_bias", "must be a mapping of token id to bias")
+        """Raise ``MnnEngineError('invalid_argument')`` for any value out of range (``mnn_engine.checks``)."""
+        choice(self.context_overflow, "context_overflow", CONTEXT_OVERFLOW)
+        boolean(self.logprobs, "logprobs")
+        boolean(self.ignore_eos, "ignore_eos")
+        boolean(self.cache_prompt, "cache_prompt", nullable=True)
+        choice(self.speculative, "speculative", SPECULATIVE, nullable=True)
+        integer(self.draft_tokens, "draft_tokens", low=1, high=MAX_DRAFT_TOKENS, nullable=True)
+        integer(self.max_tokens, "max_tokens", low=-1, high=INT32_MAX, nullable=True, why="-1: no limit")
+        if self.max_tokens == 0:
+            raise invalid("max_tokens", "must be at least 1, or -1 or none for no limit (got 0)")
+        number(self.temperature, "temperature", low=0, nullable=True)
+        integer(self.top_k, "top_k", low=0, high=INT32_MAX, nullable=True, why="0 disables it")
+        number(self.top_p, "top_p", low=0, above=True, high=1, nullable=True)
+        number(self.min_p, "min_p", low=0, high=1, nullable=True)
+        number(self.repetition_penalty, "repetition_penalty", low=0, above=True, nullable=True)
+        number(self.presence_penalty, "presence_penalty", low=-2, high=2, nullable=True)
+        number(self.frequency_penalty, "frequency_penalty", low=-2, high=2, nullable=True)
+        obj(self.logit_bias, "logit_bias")
         for token, bias in self.logit_bias.items():
-            _token_id("logit_bias", token)
-            if not is_number(bias) or math.isnan(bias):
-                raise invalid("logit_bias", f"bias for token {token} must be a number")
-            if bias != -math.inf and not -100 <= bias <= 100:
-                raise invalid("logit_bias", f"bias for token {token} must be in [-100, 100] or -inf")
-        if self.seed is not None:
-            _int("seed", self.seed, 2**64)
-            if not -(2**63) <= self.seed < 2**64:
-                raise invalid("seed", "must fit in 64 bits")
+            integer(token, "logit_bias", low=0, why="token ids")
+            if bias != -math.inf:
+                number(bias, f"logit_bias[{token}]", low=-100, high=100, why="or -inf: never")
+        integer(self.seed, "seed", low=-(2**63), high=2**64 - 1, nullable=True)
         if len(self.stop) > MAX_STOP_STRINGS:
-            raise invalid("stop", f"at most {MAX_STOP_STRINGS} stop strings")
-        if self.top_logprobs is not None:
-            _int("top_logprobs", self.top_logprobs)
-            if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
-                raise invalid("top_logprobs", f"must be in [0, {MAX_TOP_LOGPROBS}]")
-            if not self.logprobs:
-                raise invalid("top_logprobs", "needs logprobs=True")
+            raise invalid("stop", f"at most {MAX_STOP_STRINGS} stop strings (got {len(self.stop)})")
+        integer(self.top_logprobs, "top_logprobs", low=0, high=MAX_TOP_LOGPROBS, nullable=True)
+        if self.top_logprobs is not None and not self.logprobs:
+            raise invalid("top_logprobs", "needs logprobs=true")
 
     def resolved(self, defaults: Mapping[str, Any], vocab_size: int) -> _mnn.GenerationSettings:
         """The native loop's settings, with the sampler's filled in (model
@@ -190,13 +157,11 @@ def _stop_tuple(stop: Any) -> tuple[str, ...]:
         return ()
     if isinstance(stop, str):
         stop = [stop]
-    if not isinstance(stop, (list, tuple)):
-        raise invalid("stop", "must be a string or a list of strings")
+    if not isinstance(stop, (list, tuple)) or not all(isinstance(item, str) and item for item in stop):
+        raise invalid("stop", f"must be a string or a list of non-empty strings (got {stop!r})")
     for item in stop:
-        if not isinstance(item, str) or not item:
-            raise invalid("stop", "stop strings must be non-empty strings")
         if not is_valid_unicode(item):
-            raise invalid("stop", "stop strings must be valid Unicode (no lone surrogates)")
+            raise invalid("stop", "strings must be valid Unicode (no lone surrogates)")
     return tuple(stop)
 
 
@@ -218,23 +183,3 @@ def _bias_dict(bias: Any) -> Any:
         out[token] = value
     return out
 
-
-def _number(name: str, value: Any) -> None:
-    if not is_number(value) or not math.isfinite(value):
-        raise invalid(name, f"must be a finite number (got {value!r})")
-
-
-INT32_MAX = 2**31 - 1
-
-
-def _int(name: str, value: Any, limit: int = INT32_MAX) -> None:
-    """An integer of at most ``limit`` in size (the native loop takes C ints)."""
-    if not is_int(value):
-        raise invalid(name, f"must be an integer (got {value!r})")
-    if abs(value) > limit:
-        raise invalid(name, f"must be at most {limit} in size (got {value})")
-
-
-def _token_id(name: str, token: Any) -> None:
-    if not is_int(token) or token < 0:
-        raise invalid(name, f"token ids must be non-negative integers (got {token!r})")

@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..errors import MnnEngineError, invalid
+from ..checks import invalid
+from ..errors import MnnEngineError
 from .grammar import compile_matcher, llguidance_module, make_tokenizer
 from .grammar_sandbox import CancelFlag, GrammarSandbox
 

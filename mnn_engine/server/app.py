@@ -42,6 +42,7 @@ from ..api.openai_chat import (
     parse_chat_request,
 )
 from ..api.response_store import ResponseStore
+from ..checks import invalid
 from ..errors import ERROR_CODES, MnnEngineError
 from ..net import is_loopback_host
 from ..runtime.embedding import EmbeddingResult
@@ -380,23 +381,21 @@ class BodyHandler(JsonHandler):
         try:
             text = bytes(self._body).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise MnnEngineError("invalid_argument", f"the body is not valid UTF-8 (byte {exc.start})") from exc
+            raise invalid("body", f"is not valid UTF-8 (byte {exc.start})") from exc
         if not text.strip():
-            raise MnnEngineError("invalid_argument", "the body is empty: send a JSON object", param="body")
+            raise invalid("body", "is empty: send a JSON object")
         try:
             body = jsonutil.loads(text)
         except RecursionError as exc:
-            raise MnnEngineError("invalid_argument", "the body is nested too deeply", param="body") from exc
+            raise invalid("body", "is nested too deeply") from exc
         except ValueError as exc:
             # Whatever the declared type: Ollama's docs post JSON with curl -d, which declares a form
             # (application/x-www-form-urlencoded), and Ollama and llama-server read it as JSON anyway.
             if content_type == "application/x-www-form-urlencoded" and FORM_PAIRS.match(text):
-                raise MnnEngineError("invalid_argument", "the body is a form (name=value pairs), not JSON: send "
-                                     "a JSON object", param="body") from exc
-            raise MnnEngineError("invalid_argument", f"the body is not valid JSON: {exc}", param="body") from exc
+                raise invalid("body", "is a form (name=value pairs), not JSON: send a JSON object") from exc
+            raise invalid("body", f"is not valid JSON: {exc}") from exc
         if jsonutil.depth(body, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
-            raise MnnEngineError("invalid_argument", f"the body is nested more than {MAX_JSON_DEPTH} levels deep",
-                                 param="body")
+            raise invalid("body", f"is nested more than {MAX_JSON_DEPTH} levels deep")
         return body
 
     def choose_model(self, body: Any, *, strict: bool = False) -> str:

@@ -7,31 +7,27 @@ as Qwen3-Embedding). A chat model answers 400 ``wrong_model_kind``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from ..api.embeddings import dimensions_field, encode_base64, shortened
-from ..api.openai_chat import bad
+from ..checks import choice, invalid, obj
 from .app import BodyHandler
 
 
 class EmbeddingsHandler(BodyHandler):
     async def post(self) -> None:
         body = self.parse_body()
-        if not isinstance(body, Mapping):
-            raise bad("body", "the request body must be a JSON object")
+        obj(body, "body")
         if "input" not in body:
-            raise bad("input", "'input' is required")
-        encoding = body.get("encoding_format", "float")
-        if encoding not in ("float", "base64"):
-            raise bad("encoding_format", "'encoding_format' must be 'float' or 'base64'")
+            raise invalid("input", "is required")
+        encoding = choice(body.get("encoding_format", "float"), "encoding_format", ("float", "base64"))
         dimensions = dimensions_field(body)
         model = self.choose_model(body)
 
         def check(llm: Any) -> None:
             if dimensions is not None and llm.kind == "embedding" and dimensions > llm.embedding_dim:
-                raise bad("dimensions", f"the model's embeddings have {llm.embedding_dim} dimensions "
-                                        f"(asked for {dimensions})")
+                raise invalid("dimensions", f"the model's embeddings have {llm.embedding_dim} dimensions "
+                                              f"(asked for {dimensions})")
 
         result = await self.embed(body["input"], check=check)
         data = []

@@ -41,8 +41,9 @@ from ..api.ollama import (
     tagged,
 )
 from ..api.openai_chat import ChatRequest, MediaPolicy
+from ..checks import boolean, invalid, obj, string
 from ..engine.listing import model_details
-from ..errors import MnnEngineError, invalid
+from ..errors import MnnEngineError
 from ..hub.sources import UrlPolicy
 from ..runtime.generation import GenerationResult
 from .app import BodyHandler, JsonHandler, error_body
@@ -122,9 +123,8 @@ class OllamaBodyHandler(BodyHandler, OllamaHandler):
         ``keep_alive`` holds for the model after this request."""
         asked = body.get("model") if isinstance(body, Mapping) else None
         if asked is None or asked == "":
-            raise MnnEngineError("invalid_argument", "model is required", param="model")  # Ollama's words
-        if not isinstance(asked, str):
-            raise invalid("model", "'model' must be a string")
+            raise invalid("model", "model is required", verbatim=True)  # Ollama's words
+        string(asked, "model")
         self.keep_alive = keep_alive_field(body)
         return self.choose_model(body, strict=True)
 
@@ -189,8 +189,7 @@ class _Generation(OllamaBodyHandler):
     async def begin(self) -> tuple[str, Mapping[str, Any], bool, MediaPolicy]:
         """What both routes check first: the model, the body, whether to stream, the image policy."""
         body = self.parse_body()
-        if not isinstance(body, Mapping):
-            raise invalid("body", "the request body must be a JSON object")
+        obj(body, "body")
         model = self.model_named_in(body)
         facts = await self.model_facts()
         return model, body, stream_flag(body), MediaPolicy(model_is_visual=facts.is_visual, allow_file_urls=False)
@@ -236,12 +235,12 @@ class GenerateHandler(_Generation):
         model, body, stream, policy = await self.begin()
         prompt = body.get("prompt", "")
         if not isinstance(prompt, str):
-            raise invalid("prompt", "'prompt' must be text")
+            raise invalid("prompt", "must be text")
         if not prompt:  # docs/api.md: an empty prompt only loads (or unloads) the model
             await self.load_only(model, {"response": ""})
             return
         if body.get("suffix"):
-            raise invalid("suffix", "'suffix' is not supported")
+            raise invalid("suffix", "is not supported")
         raw = body.get("raw", False)
         messages: list[dict[str, Any]] = []
         if isinstance(body.get("system"), str) and body["system"]:
@@ -282,7 +281,7 @@ class PullHandler(OllamaBodyHandler):
     async def post(self) -> None:
         body = self.parse_body()
         if not isinstance(body, Mapping) or not isinstance(body.get("model") or body.get("name"), str):
-            raise invalid("model", "'model' must name what to pull")
+            raise invalid("model", "must name what to pull")
         spec = body.get("model") or body.get("name")
         if ":" in spec and not spec.startswith(("hf:", "modelscope:", "http://", "https://")):
             spec = spec.replace(":", "-")
@@ -368,15 +367,12 @@ class EmbedHandler(OllamaBodyHandler):
 
     async def post(self) -> None:
         body = self.parse_body()
-        if not isinstance(body, Mapping):
-            raise invalid("body", "the request body must be a JSON object")
+        obj(body, "body")
         model = self.model_named_in(body)
         inputs = body.get("input")
         if not isinstance(inputs, str) and not (isinstance(inputs, list) and all(isinstance(t, str) for t in inputs)):
-            raise invalid("input", "'input' must be a string or a list of strings")
-        truncate = body.get("truncate", True)
-        if not isinstance(truncate, bool):
-            raise invalid("truncate", "'truncate' must be true or false")
+            raise invalid("input", "must be a string or a list of strings")
+        truncate = boolean(body.get("truncate", True), "truncate")
         dimensions = dimensions_field(body)
         started = time.perf_counter()
         result = await self.embed(inputs, truncate=truncate)
@@ -395,9 +391,7 @@ class LegacyEmbeddingsHandler(OllamaBodyHandler):
     async def post(self) -> None:
         body = self.parse_body()
         self.model_named_in(body)
-        prompt = body.get("prompt") if isinstance(body, Mapping) else None
-        if not isinstance(prompt, str):
-            raise invalid("prompt", "'prompt' must be a string")
+        prompt = string(obj(body, "body").get("prompt"), "prompt")
         result = await self.embed(prompt, normalize=False)
         self.send_json({"embedding": result.vectors[0]})
 

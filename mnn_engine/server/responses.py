@@ -28,7 +28,8 @@ from ..api.openai_responses import (
     response,
     responses_request,
 )
-from ..errors import MnnEngineError, invalid
+from ..checks import invalid
+from ..errors import MnnEngineError
 from .app import BodyHandler, JsonHandler
 from .session import GenerationSession, Outcome
 
@@ -41,7 +42,7 @@ class ResponsesHandler(BodyHandler):
         model = self.choose_model(body)
         previous = body.get("previous_response_id") if isinstance(body, dict) else None
         if previous is not None and not isinstance(previous, str):
-            raise invalid("previous_response_id", "'previous_response_id' must be a response's id")
+            raise invalid("previous_response_id", "must be a response's id")
         history = self.ctx.responses.get(previous).conversation if previous else []
         facts = await self.model_facts()
         policy = MediaPolicy(model_is_visual=facts.is_visual, model_is_audio=facts.is_audio,
@@ -210,12 +211,12 @@ class InputItemsHandler(JsonHandler):
         items = list(self.ctx.responses.get(response_id).input_items)
         order = self.get_query_argument("order", "desc")
         if order not in ("asc", "desc"):
-            raise invalid("order", "order must be asc or desc")
+            raise invalid("order", "must be asc or desc")
         if order == "desc":
             items.reverse()
         limit = self.get_query_argument("limit", "20")
         if not limit.isdigit() or not 1 <= int(limit) <= 100:
-            raise invalid("limit", "limit must be 1 to 100")
+            raise invalid("limit", "must be 1 to 100")
         after = self.get_query_argument("after", None)
         if after is not None:
             ids = [i["id"] for i in items]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from tornado.iostream import IOStream
 from tornado.netutil import bind_sockets
 
+from ..checks import invalid
 from ..errors import MnnEngineError
 from .app import ServerContext
 from .events import EventFanout
@@ -144,8 +145,7 @@ def bind(host: str, port: int) -> list[socket.socket]:
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             raise MnnEngineError("port_in_use", f"{host}:{port} is already in use; pick another --port") from exc
-        raise MnnEngineError("invalid_argument", f"cannot listen on {host}:{port}: {exc.strerror}",
-                             param="host") from exc
+        raise invalid("host", f"cannot listen on {host}:{port}: {exc.strerror}") from exc
 
 
 def _url(sockets: list[socket.socket], host: str) -> str:

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..checks import invalid
 from ..engine.protocol import ACQUIRE_TIMEOUT_S
-from ..errors import MnnEngineError, invalid
 from ..net import is_loopback_host
 from ..options import check, option
 
@@ -63,8 +63,7 @@ class ServerSettings:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(options) - names)
         if unknown:
-            raise MnnEngineError("invalid_argument", f"unknown server option {unknown[0]!r} (known: "
-                                 f"{', '.join(sorted(names))})", param=unknown[0])
+            raise invalid(unknown[0], f"unknown server option (known: {', '.join(sorted(names))})")
         values = dict(options)
         for name in ("cors_origins", "allow_pull_urls"):
             if name in values:

@@ -14,19 +14,20 @@ from typing import Any
 
 from .. import jsonutil
 from ..api.openai_chat import parse_chat_request
-from ..errors import MnnEngineError, invalid
+from ..checks import Rule, invalid, obj
+from ..errors import MnnEngineError
 from .app import BodyHandler
 
 
 def _field(body: Any, name: str, kind: type, default: Any = None) -> Any:
-    if not isinstance(body, dict):
-        raise invalid("body", "the body must be a JSON object")
-    value = body.get(name, default)
+    """``body[name]`` of ``kind`` (``str``, ``bool``; ``list``: any list, checked by its reader), required
+    without a ``default``."""
+    value = obj(body, "body").get(name, default)
     if value is None and default is None:
-        raise invalid(name, f"'{name}' is required")
-    if not isinstance(value, kind):
-        raise invalid(name, f"'{name}' must be a {kind.__name__}")
-    return value
+        raise invalid(name, "is required")
+    if kind is list and not isinstance(value, list):
+        raise invalid(name, f"must be a list (got {type(value).__name__})")
+    return value if kind is list else Rule(kind).check(value, name)
 
 
 class TokenizeHandler(BodyHandler):
@@ -95,8 +96,7 @@ class ApplyTemplateHandler(BodyHandler):
 
     async def post(self) -> None:
         body = self.parse_body()
-        if not isinstance(body, dict):
-            raise invalid("body", "the body must be a JSON object")
+        obj(body, "body")
         request = parse_chat_request({"messages": body.get("messages"), "tools": body.get("tools"),
                                       "chat_template_kwargs": body.get("chat_template_kwargs")}, None)
         try:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import MnnEngineError
+from ..checks import invalid
 
 MAX_ID_LENGTH = 96
 #: in a pulled model's directory: where it came from (mnn_engine.store.pull)
@@ -24,10 +24,9 @@ def model_id_from_name(name: str) -> str:
     anything else collapsed to one ``-`` (``Qwen3-0.6B-MNN`` -> ``qwen3-0-6b-mnn``)."""
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
     if not slug:
-        raise MnnEngineError("invalid_argument", f"{name!r} gives an empty model ID", param="model_id")
+        raise invalid("model_id", f"{name!r} gives an empty model ID")
     if len(slug) > MAX_ID_LENGTH:
-        raise MnnEngineError("invalid_argument", f"model ID is longer than {MAX_ID_LENGTH} characters",
-                             param="model_id")
+        raise invalid("model_id", f"is longer than {MAX_ID_LENGTH} characters")
     return slug
 
 
@@ -43,7 +42,7 @@ def served_name(model_id: str | None, path: str | None) -> str | None:
 def check_model_id(model_id: str) -> str:
     """Accept only IDs that are already in slug form."""
     if not isinstance(model_id, str) or model_id_from_name(model_id) != model_id:
-        raise MnnEngineError("invalid_argument", f"{model_id!r} is not a model ID ([a-z0-9-])", param="model_id")
+        raise invalid("model_id", f"{model_id!r} is not a model ID ([a-z0-9-])")
     return model_id
 
 

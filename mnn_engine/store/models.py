@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
+from ..checks import invalid
 from ..errors import MnnEngineError
 from ..runtime.first_touch import check_in_child
 from ..runtime.model_files import (
@@ -289,7 +290,7 @@ class ModelStore:
         if (final / CONFIG_NAME).is_file() and not replace:
             raise _exists(new_id)
         if final.exists() and src.resolve() == final.resolve():
-            raise MnnEngineError("invalid_argument", "the source is the stored model itself", param="source")
+            raise invalid("source", "the source is the stored model itself")
         self.models_dir.mkdir(parents=True, exist_ok=True)
         self._remove_stale_imports()
         staging = self.models_dir / f"{_IMPORT_PREFIX}{new_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}"

@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
+from ..checks import invalid
 from ..errors import MnnEngineError
 from ..hub import catalog
 from ..hub.download import BACKOFF_S, PART_SUFFIX, download
@@ -93,10 +94,9 @@ def split_revision(spec: str, revision: str | None) -> tuple[str, str | None]:
         return spec, revision
     spec, _, named = spec.rpartition("@")
     if not spec or not named:
-        raise MnnEngineError("invalid_argument", "SPEC@REVISION needs both (e.g. hf:ORG/NAME@main)", param="model")
+        raise invalid("model", "SPEC@REVISION needs both (e.g. hf:ORG/NAME@main)")
     if revision is not None and revision != named:
-        raise MnnEngineError("invalid_argument", f"the spec says @{named} and the revision {revision!r}: give one",
-                             param="revision")
+        raise invalid("revision", f"the spec says @{named} and the revision {revision!r}: give one")
     return spec, named
 
 
@@ -106,7 +106,7 @@ def resolve_spec(spec: str, source: str | None,
     again and stopped as ``Retry`` says), and the model ID it gets by default (None:
     from the manifest)."""
     if source is not None and source not in SOURCES:
-        raise MnnEngineError("invalid_argument", f"source must be hf or modelscope (got {source!r})", param="source")
+        raise invalid("source", f"must be hf or modelscope (got {source!r})")
     if spec.startswith(("http://", "https://")):
         return (lambda _revision, retry: list_manifest(spec, policy, retry)), None
     for prefix in SOURCES:

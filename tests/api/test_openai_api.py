@@ -89,7 +89,7 @@ def test_stream_usage_logprobs_thinking():
     ({"messages": USER, "stream_options": []}, "stream_options"),
     ({"messages": USER, "top_logprobs": 3}, "top_logprobs"),
     ({"messages": USER, "reasoning_effort": "extreme"}, "reasoning_effort"),
-    ({"messages": USER, "chat_template_kwargs": {"enable_thinking": "no"}}, "chat_template_kwargs"),
+    ({"messages": USER, "chat_template_kwargs": {"enable_thinking": "no"}}, "chat_template_kwargs.enable_thinking"),
     ({"messages": USER, "tools": {"a": 1}}, "tools"),
     ({"messages": USER, "tools": [{"type": "function", "function": {}}]}, "tools[0].function.name"),
     ({"messages": USER, "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "x"}}},
