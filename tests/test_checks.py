@@ -10,10 +10,10 @@ import re
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import REPO
 
 from mnn_engine.checks import MAX_QUOTED, Rule, boolean, choice, integer, invalid, number, obj, string, strings
 from mnn_engine.errors import MnnEngineError
-from support import REPO
 
 #: any JSON value a request may carry
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
