@@ -19,6 +19,14 @@
    table chose (``export_settings.py``: int4 in blocks of 32, the output head
    at 8 bits) instead of llmexport's (blocks of 64, the head at 4 bits).
 
+5. llmexport's split LoRA (``--lora_path DIR --lora_split`` -> ``lora.mnn``)
+   adds ``W x + B (A x)`` after each adapted projection but hands the sum
+   only to a ``ConvertTensor`` that reads the projection: where the fused
+   attention reads ``v_proj`` directly, or the MLP's multiply reads
+   ``gate_proj``/``up_proj``, the adapter's term is computed and dropped (its
+   logits then match neither the base nor peft's merged model). Every reader
+   of the projection's output now reads the sum.
+
 Usage: the same arguments as ``llmexport``.
 """
 
@@ -35,6 +43,7 @@ sys.path.insert(0, os.path.dirname(_spec.origin))
 from export_settings import with_quant_defaults  # noqa: E402 - beside this file (a script's directory is on sys.path)
 from llmexport import main  # noqa: E402
 from utils import audio as _audio  # noqa: E402 - llmexport's own modules (its directory is on sys.path)
+from utils.lora import LoRA  # noqa: E402
 from utils.model_mapper import ModelMapper  # noqa: E402
 
 _qwen2_audio_map = ModelMapper.regist_qwen2audio
@@ -71,6 +80,19 @@ def _qwen2_audio_forward(self, input_features):  # llmexport's Qwen2Audio.forwar
 
 
 _audio.Qwen2Audio.forward = _qwen2_audio_forward
+
+
+def _lora_replace_input(self: LoRA, origin_idx: int, new_idx: int) -> None:
+    """Every op of the base graph that reads ``origin_idx`` (a projection's
+    output) reads ``new_idx`` (its sum with the adapter's term) instead. The
+    new ops (the adapter's convolutions and the sum itself) are not in the
+    base graph's list yet, so the sum still reads the projection."""
+    for op in self.base_model["oplists"]:
+        if origin_idx in op.get("inputIndexes", ()):
+            op["inputIndexes"] = [new_idx if i == origin_idx else i for i in op["inputIndexes"]]
+
+
+LoRA.replace_input = _lora_replace_input
 
 if __name__ == "__main__":
     sys.argv[1:] = with_quant_defaults(sys.argv[1:])
