@@ -50,6 +50,9 @@ cdef extern from "mnn_llm_api.h" namespace "MNN::Transformer" nogil:
         void eraseHistory(size_t begin, size_t end)
         cbool set_config(const string& content) except +
         string dump_config() except +
+        # a new Llm running the LoRA graph ``lora_path`` (joined to this model's directory, as MNN joins
+        # every file name) over this one's module and weights; loaded, or NULL when MNN refused it
+        Llm* create_lora(const string& lora_path) except +
 
 
 cdef extern from "mnn_llm_api.h" namespace "mnn_engine" nogil:

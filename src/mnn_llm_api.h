@@ -142,6 +142,7 @@ public:
     std::string dump_config();
     size_t getCurrentHistory() const;
     void eraseHistory(size_t begin, size_t end);
+    Llm* create_lora(const std::string& lora_path);  // _ZN3MNN11Transformer3Llm11create_loraERKSs in the wheel
 
     LlmContext* context() const { return mContext.get(); }
 

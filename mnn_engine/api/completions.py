@@ -61,7 +61,7 @@ def _prompts(prompt: Any) -> list[str | list[int]]:
             raise invalid("prompt", f"at most {MAX_PROMPTS} prompts per request ({len(prompt)} given)")
         for index, item in enumerate(prompt):
             if not _is_prompt(item):
-                raise invalid(f"prompt[{index}]", "must be non-empty text or token ids")
+                raise invalid("prompt", f"item {index} must be non-empty text or token ids")
         return list(prompt)
     raise invalid("prompt", "must be non-empty text, token ids, or a list of either")
 

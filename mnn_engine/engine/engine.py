@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +52,15 @@ def _options_from(options: LoadOptions | None, overrides: Mapping[str, Any]) -> 
 
 
 def model_options(store: ModelStore, model_id: str | None, *, defaults: Mapping[str, Any] | None = None,
-                  overrides: Mapping[str, Any] | None = None) -> LoadOptions:
+                  overrides: Mapping[str, Any] | None = None, checked: bool = False) -> LoadOptions:
     """How ``model_id`` loads, in layers, each over the one before: the
     defaults of ``LoadOptions``, ``defaults`` (``serve``'s flags, for the
     models it loads on demand), the model's tuned preset (``bench --tune``),
     its own options (``models config``), then ``overrides`` (what the caller
     asked for this load). A stored layer that is no longer usable (a backend
-    this build lacks, a value out of range) is skipped with a warning."""
+    this build lacks, a value out of range) is skipped with a warning.
+    ``checked``: the caller checked ``overrides`` already (each field is
+    checked alone, so what passed over the defaults passes over any layer)."""
     options = _options_from(None, dict(defaults or {}))
     if model_id is not None:
         for name, layer in (("preset", store.preset(model_id)), ("options", store.model_options(model_id))):
@@ -68,7 +70,7 @@ def model_options(store: ModelStore, model_id: str | None, *, defaults: Mapping[
                 options = _options_from(options, dict(layer))
             except MnnEngineError as exc:
                 log.warning("ignoring the unusable %s of %s: %s", name, model_id, exc.message)
-    return _options_from(options, dict(overrides or {}))
+    return replace(options, **dict(overrides or {})) if checked else _options_from(options, dict(overrides or {}))
 
 
 def pull_with_events(store: ModelStore, events: EventStream, spec: str, *,
@@ -213,10 +215,11 @@ class Engine:
         store model's tuned preset (``bench --tune``) is the base, with any
         keyword options (``threads=2``...) applied on top. Returns the model
         part of the snapshot."""
-        # an unknown model first (as Ollama and the pool answer), then the options, each checked once
+        # bad options fail before anything else; each is checked once (model_options takes them as checked)
+        given = _options_from(options, option_kwargs)
         model_id, path = self.store.resolve(model)
-        opts = _options_from(options, option_kwargs) if options is not None else \
-            model_options(self.store, model_id, overrides=option_kwargs)
+        opts = given if options is not None else \
+            model_options(self.store, model_id, overrides=option_kwargs, checked=True)
         require_backend(opts.backend)
         with self._lock:
             if self._server_state != "stopped" and self._llm is not None:

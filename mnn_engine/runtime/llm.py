@@ -20,6 +20,7 @@ from .. import _mnn
 from ..checks import choice, integer, invalid, is_number
 from ..errors import MnnEngineError
 from . import load_checks, media, structured
+from .adapter_files import AdapterDir, read_adapter_dir
 from .build import load_backend_library
 from .embedding import EmbeddingInput, EmbeddingResult, embedding_inputs, template_wrap, vector_from
 from .first_touch import check_in_child
@@ -173,6 +174,10 @@ class Llm:
 
     A text-embedding model (``kind == "embedding"``: its graph outputs
     sentence embeddings) takes ``embed()`` instead of the generation methods.
+
+    ``with_adapter(dir)`` runs a LoRA adapter over a loaded chat model (see
+    ``mnn_engine.runtime.adapter_files``): another ``Llm``, sharing this
+    one's weights, with caches of its own.
     """
 
     def __init__(self, model: str | os.PathLike[str] | ModelDir, *, prompt_cache: bool = True,
@@ -236,6 +241,10 @@ class Llm:
         #: MNN holds an image or audio text's encoder output that no forward has taken yet (``_encode``)
         self._media_pending = False
         self.embedding_dim = 0  # of an embedding model's vectors
+        #: a LoRA adapter's handle: the model it runs over and what was read of it (None: a model of its own)
+        self.base: Llm | None = None
+        self.adapter: AdapterDir | None = None
+        self._adapters: weakref.WeakSet[Llm] = weakref.WeakSet()
         self.last_result: GenerationResult | None = None
         self.load_seconds = 0.0  # of the last load(): MNN reading the model, without the warm-up forward
         self.warmup_seconds = 0.0
@@ -300,14 +309,21 @@ class Llm:
                 core.native_capture = captured_native_output  # (MNN prints when a generation meets a new length)
                 core.set_config(json.dumps(overrides))
                 ok = core.load()
-            if ok and not core.embedding:
-                # generate_init then keeps the KV cache; the loop resets it when it cannot be reused
-                core.set_config(json.dumps({"reuse_kv": True}))
             loaded = time.perf_counter()
             if not ok:
                 _close_core(core)
                 detail = "; ".join(lines) or "no message from MNN"
                 raise MnnEngineError("model_load_failed", f"MNN could not load {self.config_path}: {detail}")
+            self._adopt(core, overrides, loaded - started)
+            return self
+
+    def _adopt(self, core: _mnn.LlmCore, overrides: dict[str, Any], load_seconds: float) -> None:
+        """Take a loaded core: read what it says of itself, warm it up, run the load checks."""
+        with self._state_lock:
+            if not core.embedding:
+                # generate_init then keeps the KV cache; the loop resets it when it cannot be reused
+                core.set_config(json.dumps({"reuse_kv": True}))
+            loaded = time.perf_counter()
             self._core = core
             self.load_cache.clear()
             self._finalizer = weakref.finalize(self, _close_core, core)
@@ -322,7 +338,7 @@ class Llm:
                 self.embedding_dim = len(core.embed(core.tokenize("Hi"))) // 4  # the warm-up
             else:
                 self._vocab_size = core.vocab_size()  # one short forward: the warm-up
-            self.load_seconds = loaded - started
+            self.load_seconds = load_seconds
             self.warmup_seconds = time.perf_counter() - loaded
             context = config.get("max_all_tokens", DEFAULT_CONTEXT)
             self._context_length = context if isinstance(context, int) and context > 1 else DEFAULT_CONTEXT
@@ -336,7 +352,39 @@ class Llm:
             problem = quantization_problem(self.model_dir, self.file_config)
             if problem:
                 log.warning("%s", problem)
-            return self
+
+    def with_adapter(self, adapter: str | os.PathLike[str]) -> Llm:
+        """This loaded chat model with the LoRA adapter at ``adapter`` (its
+        directory or its ``lora.mnn``) applied: a new ``Llm``, loaded, whose
+        graph runs on this model's weights (MNN's ``Llm::create_lora``
+        shares them: the adapter costs its factors and a KV cache of its own,
+        not a second model). It generates, scores and tokenizes as this model
+        does, with its own prompt cache; ``base`` is this model and
+        ``adapter`` what was read of the adapter (its rank and scale, which
+        the export fixed: MNN has no runtime strength). Closing it leaves this
+        model loaded; closing this model closes its adapters first.
+        ``invalid_model`` (naming the adapter) for one that is damaged or was
+        exported over another model, checked before MNN reads it."""
+        self.require_kind("chat")
+        files = read_adapter_dir(adapter, self.model_files)
+        handle = Llm(self.model_files, prompt_cache=self.prompt_cache, speculative=self.speculative,
+                     draft_tokens=self.draft_tokens, **self.config_overrides)
+        handle.base, handle.adapter = self, files
+        # MNN joins the graph's name to the base's directory, as it joins every file the config names
+        relative = os.path.relpath(files.graph, self.model_dir)
+        with self._state_lock, self._using() as core:
+            started = time.perf_counter()
+            with captured_native_output() as lines:
+                adapted = core.create_adapter(relative)
+            if adapted is None:
+                detail = "; ".join(lines) or "no message from MNN"
+                raise MnnEngineError("model_load_failed", f"MNN could not create adapter {files.path}: {detail}",
+                                     param="adapter")
+            adapted.native_capture = captured_native_output
+            handle._adopt(adapted, self._mnn_overrides or {}, time.perf_counter() - started)
+            self._adapters.add(handle)
+        log.info("adapter %s over %s (%s factor weights)", files.path, self.model_dir, files.parameters)
+        return handle
 
     def _run_load_checks(self, core: _mnn.LlmCore, mnn_config: dict[str, Any], low_memory: bool) -> None:
         """Set ``batch_exact``, ``speculative_default`` and ``verify_costs``:
@@ -350,7 +398,9 @@ class Llm:
         self.speculative_default = self.speculative
         if self.kind != "chat":
             return
-        cache_dir = Path(mnn_config["tmp_path"]) if isinstance(mnn_config.get("tmp_path"), str) else None
+        # (an adapter's verdicts are its own: the base's kept ones are not read for it)
+        cache_dir = Path(mnn_config["tmp_path"]) if isinstance(mnn_config.get("tmp_path"), str) \
+            and self.adapter is None else None
         key = load_checks.checks_key(self.model_files.stamp, mnn_config, self.draft_tokens) if cache_dir else ""
         kept = load_checks.read_checks(cache_dir, key) if cache_dir else None
         self.batch_exact = kept["batch_exact"] if kept else _rows_batch_independent(core)
@@ -400,6 +450,8 @@ class Llm:
         if self._generating_thread == threading.get_ident():
             raise invalid("close", f"{self.model_dir.name}: called from inside this model's own generation callback, "
                           "which close would wait for forever: close the model after the generation returns")
+        for adapter in list(self._adapters):  # they run on this model's weights: closed first
+            adapter.close()
         with self._state_lock:
             with self._pins_cond:
                 core, self._core = self._core, None

@@ -8,6 +8,11 @@ cdef class LlmCore:
 
     cdef Llm* _llm
     cdef cbool _loaded
+    # LoRA: an adapter's core keeps its base's alive (MNN's adapter module runs on the base's); a base
+    # counts its adapters, and a close() asked while some live frees it with the last of them
+    cdef LlmCore _base
+    cdef int _adapters
+    cdef cbool _closing
     cdef atomic[int] _cancel
     # text of tokens MNN's tokenizer decodes to nothing (e.g. <think>)
     cdef unordered_map[int, string] _token_text
@@ -29,12 +34,13 @@ cdef class LlmCore:
     #: ``captured_native_output``, whose lock orders every redirect of the process); None: no capture
     cdef public object native_capture
 
-    def __cinit__(self, str config_path, bint embedding=False):
+    def __cinit__(self, str config_path, bint embedding=False, bint empty=False):
         self.config_path = config_path
         self.embedding = embedding
         cdef string path = config_path.encode("utf-8")
-        with nogil:
-            self._llm = create_embedding_model(path) if embedding else Llm.createLLM(path)
+        if not empty:  # (empty: an adapter's, whose Llm create_adapter makes)
+            with nogil:
+                self._llm = create_embedding_model(path) if embedding else Llm.createLLM(path)
         self._loaded = False
         self._cancel.store(0)
         self._fail_after = -1
@@ -44,14 +50,24 @@ cdef class LlmCore:
 
     cdef void _destroy(self) noexcept:
         cdef Llm* llm = self._llm
-        self._llm = NULL
+        cdef LlmCore base = self._base
         self._loaded = False
-        if llm != NULL:
-            with nogil:
-                Llm.destroy(llm)
+        if llm == NULL:
+            return
+        if self._adapters > 0:  # its adapters run on its module: freed with the last of them
+            self._closing = True
+            return
+        self._llm = NULL
+        with nogil:
+            Llm.destroy(llm)
+        if base is not None:
+            self._base = None
+            base._adapters -= 1
+            if base._closing and base._adapters == 0:
+                base._destroy()
 
     cdef Llm* _require(self, cbool loaded=True) except NULL:
-        if self._llm == NULL:
+        if self._llm == NULL or self._closing:
             raise RuntimeError("the model is closed")
         if loaded and not self._loaded:
             raise RuntimeError("the model is not loaded")
@@ -91,8 +107,27 @@ cdef class LlmCore:
         return ok
 
     def close(self) -> None:
-        """Free the model; idempotent."""
+        """Free the model; idempotent (a base with adapters alive is freed with the last of them)."""
         self._destroy()
+
+    def create_adapter(self, str lora_path):
+        """A core running the LoRA graph ``lora_path`` (relative to this model's
+        directory: MNN joins it to it) over this core's weights, loaded (MNN's
+        ``Llm::create_lora``); None when MNN refuses it."""
+        cdef Llm* llm = self._require()
+        cdef string path = lora_path.encode("utf-8")
+        cdef Llm* adapted = NULL
+        cdef LlmCore core
+        with nogil:
+            adapted = llm.create_lora(path)
+        if adapted == NULL:
+            return None
+        core = LlmCore.__new__(LlmCore, self.config_path, False, True)
+        core._llm = adapted
+        core._loaded = True
+        core._base = self
+        self._adapters += 1
+        return core
 
     def tokenize(self, str text) -> list:
         cdef Llm* llm = self._require()

@@ -88,7 +88,7 @@ def _truncated() -> bytes:
     (_audio_part(_truncated()), "truncated"),
     (_audio_part(raw_wav(2, 1, 16000, 16, 2)), "PCM"),  # format tag 2: ADPCM
     ({"type": "input_audio", "input_audio": {"data": "***", "format": "wav"}}, "base64"),
-    ({"type": "input_audio", "input_audio": "nope"}, "input_audio must be"),
+    ({"type": "input_audio", "input_audio": "nope"}, "input_audio: must be"),
 ])
 def test_sounds_mnn_should_not_load_are_400(audio_server, part, says):
     status, _, body = audio_server.post_json({"messages": [{"role": "user", "content": [part]}], "max_tokens": 1})

