@@ -74,7 +74,7 @@ CXX=aarch64-linux-gnu-g++ RPATH=${libdir#"$CHROOT"} tools/mnn/build_row_probe.sh
   "$CACHE/cross-source/src/subprojects/MNN" >/dev/null
 mkdir -p "$CHROOT/models"
 for model in tiny tiny-int8 tiny-scripted smollm2-135m; do
-  # tiny-int8 is an optional model: built here when it is missing
+  # tiny-int8 is built with the default models; built here when it is missing
   [ -d "$MODELS/$model" ] || python3 tools/models/build_test_models.py "$model"
   [ -d "$CHROOT/models/$model" ] || cp -r "$MODELS/$model" "$CHROOT/models/"
 done

@@ -25,7 +25,9 @@
    attention reads ``v_proj`` directly, or the MLP's multiply reads
    ``gate_proj``/``up_proj``, the adapter's term is computed and dropped (its
    logits then match neither the base nor peft's merged model). Every reader
-   of the projection's output now reads the sum.
+   of the projection's output now reads the sum. And it adapts a projection
+   of every layer once any layer's is adapted (peft's ``layers_to_transform``
+   fails with a KeyError): only the layers the adapter holds are adapted.
 
 Usage: the same arguments as ``llmexport``.
 """
@@ -92,7 +94,17 @@ def _lora_replace_input(self: LoRA, origin_idx: int, new_idx: int) -> None:
             op["inputIndexes"] = [new_idx if i == origin_idx else i for i in op["inputIndexes"]]
 
 
+def _lora_has_lora(self: LoRA, op_name: str) -> bool:
+    """Whether the adapter holds factors for this op's layer and projection
+    (llmexport's tag: the layer's number and the projection's name)."""
+    names = op_name.split("/")
+    if op_name[:1] != "/" or len(names) < 4 or "." not in names[1]:
+        return False
+    return names[1].split(".")[1] + names[3] in self.lora_A
+
+
 LoRA.replace_input = _lora_replace_input
+LoRA.has_lora = _lora_has_lora
 
 if __name__ == "__main__":
     sys.argv[1:] = with_quant_defaults(sys.argv[1:])

@@ -33,11 +33,10 @@ from pathlib import Path
 
 import torch
 from peft import LoraConfig, get_peft_model
+from random_qwen3 import CHAIN_START, IM_END, distinct_segmentation  # the scripted base's own chain
 from transformers import AutoTokenizer, Qwen3ForCausalLM
 
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-CHAIN_START = "<|im_start|>assistant\n"
-IM_END = "<|im_end|>"
 
 
 def random_adapter(model: Qwen3ForCausalLM, rank: int, alpha: int) -> torch.nn.Module:
@@ -63,7 +62,7 @@ def chain_of(text: str, tokenizer, start: list[int], vocabulary: set[int]) -> li
 def scripted_adapter(model: Qwen3ForCausalLM, tokenizer, script: str, base_script: str,
                      strength: float = 8.0) -> torch.nn.Module:
     start = tokenizer.encode(CHAIN_START, add_special_tokens=False)
-    base_chain = [*start, *tokenizer.encode(base_script, add_special_tokens=False),
+    base_chain = [*start, *distinct_segmentation(base_script, tokenizer, set(start)),
                   tokenizer.convert_tokens_to_ids(IM_END)]
     predecessor = {target: source for source, target in itertools.pairwise(base_chain)}
     chain = chain_of(script, tokenizer, start[-1:], set(predecessor))
