@@ -10,8 +10,10 @@ from typing import Any
 
 from ..engine.engine import model_options
 from ..engine.settings import LoadOptions
+from ..errors import MnnEngineError
 from ..hub import catalog
 from ..runtime.build import build_info
+from ..store.adapters import AdapterInfo, split_adapter_id
 from ..store.layout import ModelInfo, model_id_from_name
 from ..store.models import ModelStore
 from .common import (
@@ -30,6 +32,10 @@ def _model_line(info: ModelInfo) -> str:
     visual = "  vision" if info.is_visual else ""
     return f"{info.id:<32} {human_size(info.size_bytes):>10}  {info.name}{visual}"
 
+def _adapter_line(info: AdapterInfo) -> str:
+    shape = f"rank {info.rank}, scale {info.scale:g}" if info.rank and info.scale is not None else "LoRA"
+    return f"{info.id:<32} {human_size(info.size_bytes):>10}  adapter of {info.base} ({shape})"
+
 def _models_import(args: argparse.Namespace) -> int:
     store = ModelStore()
     progress = progress_bar() if show_progress(args) else None
@@ -40,15 +46,26 @@ def _models_import(args: argparse.Namespace) -> int:
         print(f"imported {info.id} ({human_size(info.size_bytes)}) into {info.path}")
     return 0
 
-def _models_list(args: argparse.Namespace) -> int:
-    models = ModelStore().list()
+def _models_import_adapter(args: argparse.Namespace) -> int:
+    info = ModelStore().import_adapter(args.path, args.base, name=args.id, replace=args.replace)
     if args.json:
-        print_json([m.to_dict() for m in models])
+        print_json(info.to_dict())
+    else:
+        print(f"imported adapter {info.id} ({human_size(info.size_bytes)}) over {info.base}; serve it as {info.id}")
+    return 0
+
+def _models_list(args: argparse.Namespace) -> int:
+    store = ModelStore()
+    models, adapters = store.list(), store.adapters()
+    if args.json:
+        print_json([m.to_dict() for m in models] + [{**a.to_dict(), "kind": "adapter"} for a in adapters])
     elif not models:
-        print(f"no models in {ModelStore().models_dir} (add one with: python -m mnn_engine models import PATH)")
+        print(f"no models in {store.models_dir} (add one with: python -m mnn_engine models import PATH)")
     else:
         for info in models:
             print(_model_line(info))
+            for adapter in (a for a in adapters if a.base == info.id):
+                print(_adapter_line(adapter))
     return 0
 
 def _models_info(args: argparse.Namespace) -> int:
@@ -114,13 +131,36 @@ def _models_rollback(args: argparse.Namespace) -> int:
     print(f"{info.id} is back at revision {((info.source or {}).get('commit') or '-')[:12]}")
     return 0
 
+def _stored_adapter(store: ModelStore, name: str) -> tuple[str, str] | None:
+    """(base, adapter) when ``name`` is a stored adapter's served name (``BASE_NAME``)."""
+    pair = split_adapter_id(name)
+    if pair is None:
+        return None
+    try:
+        store.get_adapter(*pair)
+    except MnnEngineError:
+        return None
+    return pair
+
 def _models_rename(args: argparse.Namespace) -> int:
-    info = ModelStore().rename(args.old, args.new)
+    store = ModelStore()
+    adapter = _stored_adapter(store, args.old)
+    if adapter is not None:  # an adapter: a new name over the same base (BASE_NEW, or NEW)
+        new = split_adapter_id(args.new)
+        renamed = store.rename_adapter(*adapter, new[1] if new and new[0] == adapter[0] else args.new)
+        print(f"renamed {args.old} -> {renamed.id}")
+        return 0
+    info = store.rename(args.old, args.new)
     print(f"renamed {args.old} -> {info.id}")
     return 0
 
 def _models_rm(args: argparse.Namespace) -> int:
-    ModelStore().delete(args.id)
+    store = ModelStore()
+    adapter = _stored_adapter(store, args.id)
+    if adapter is not None:
+        store.delete_adapter(*adapter)
+    else:
+        store.delete(args.id, force=args.force)
     print(f"deleted {args.id}")
     return 0
 
@@ -185,7 +225,14 @@ def add_commands(commands: Any) -> None:
     command(models, "list", _models_list, "list the models", json_output=True)
     command(models, "info", _models_info, "show one model", "id", json_output=True)
     command(models, "rename", _models_rename, "change a model's ID", "old", "new")
-    command(models, "rm", _models_rm, "delete a model", "id")
+    p = command(models, "rm", _models_rm, "delete a model or an adapter (BASE_NAME)", "id")
+    p.add_argument("--force", action="store_true", help="delete a model's adapters with it")
+    p = command(models, "import-adapter", _models_import_adapter, "copy a LoRA adapter (llmexport's --lora_split "
+                "export: a directory with lora.mnn) into the store, checked against the model it was exported "
+                "over; it is served as BASE_NAME", "path", json_output=True)
+    p.add_argument("--base", required=True, help="the stored model the adapter was exported over")
+    p.add_argument("--id", help="the adapter's name (default: the directory name, slugged)")
+    p.add_argument("--replace", action="store_true", help="replace an adapter of that name")
     p = command(models, "config", _models_config, "show or set the load options stored with a model (a "
                 "server's on-demand load, chat, generate and serve use them; flags given there win)", "id",
                 json_output=True)

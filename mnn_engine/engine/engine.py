@@ -34,7 +34,8 @@ from ..runtime.generation import GenerationResult, ScoreResult
 from ..runtime.llm import Llm
 from ..runtime.prompt import Prompt, chat_messages
 from ..runtime.streaming import astream_pieces, stream_pieces
-from ..store.layout import ModelInfo, ModelLock
+from ..store.adapters import adapter_id
+from ..store.layout import ModelInfo, ModelLock, model_id_from_name, served_name
 from ..store.models import ModelStore
 from .events import EventStream, LogBuffer
 from .protocol import ServerLauncher
@@ -123,6 +124,11 @@ class Engine:
         self._model_path: Path | None = None
         self._options: LoadOptions | None = None
         self._model_lock: ModelLock | None = None  # held while a store model is loaded
+        # a LoRA adapter served over a base: the base's Llm when this engine loaded it (closed after the
+        # adapter; None when another engine's base is shared), the base's ID, the stored adapter's lock
+        self._base_llm: Llm | None = None
+        self._base_id: str | None = None
+        self._adapter_lock: ModelLock | None = None
         self._model_state = "unloaded"
         self._generation_state = "idle"  # or "running", or "cancelling" (cancelled, ends before its next token)
         self._generation_started: float | None = None
@@ -135,7 +141,7 @@ class Engine:
 
     # ---------------------------------------------------------------- state
     def _is_active(self, model_id: str) -> bool:
-        return self._llm is not None and self._model_id == model_id
+        return self._llm is not None and model_id in (self._model_id, self._base_id if self._base_llm else None)
 
     @property
     def loaded(self) -> bool:
@@ -183,6 +189,8 @@ class Engine:
                 model["prompt_cache_tokens"] = self._llm.held_tokens
                 model["kind"] = self._llm.kind
                 model["speculative"] = self._llm.speculative_default
+                if self._llm.adapter is not None:
+                    model["base"], model["adapter"] = self._base_id, self._llm.adapter.name
             busy = self._generation_state != "idle"
             return {
                 "engine": "generating" if busy else ("ready" if self._llm is not None else "idle"),
@@ -208,13 +216,15 @@ class Engine:
         return backend_capabilities()
 
     # ---------------------------------------------------------------- lifecycle
-    def load(self, model: str | os.PathLike[str], options: LoadOptions | None = None,
-             **option_kwargs: Any) -> dict[str, Any]:
+    def load(self, model: str | os.PathLike[str], options: LoadOptions | None = None, *,
+             adapter: str | os.PathLike[str] | None = None, **option_kwargs: Any) -> dict[str, Any]:
         """Load a model (a store ID or a model directory) as the active model,
         replacing the current one. ``options`` are used as given; otherwise a
         store model's tuned preset (``bench --tune``) is the base, with any
-        keyword options (``threads=2``...) applied on top. Returns the model
-        part of the snapshot."""
+        keyword options (``threads=2``...) applied on top. ``adapter``: a LoRA
+        adapter to serve over it (a name the store holds over this model, or an
+        adapter's directory; ``Llm.with_adapter``), the model loaded beneath it.
+        Returns the model part of the snapshot."""
         # bad options fail before anything else; each is checked once (model_options takes them as checked)
         given = _options_from(options, option_kwargs)
         model_id, path = self.store.resolve(model)
@@ -229,22 +239,33 @@ class Engine:
             lock = self.store.hold(model_id) if model_id is not None else None
             self._update(model_id=model_id, model_path=path, options=opts)
             self._set_model_state("loading")
+            llm: Llm | None = None
+            base_llm: Llm | None = None
             try:
                 files = self.store.model_dir(path)
                 cache_dir = self.store.prepared_cache(model_id, files)
                 llm = Llm(files, prompt_cache=opts.prompt_cache, speculative=opts.speculative,
                           draft_tokens=opts.draft_tokens, **opts.mnn_config(cache_dir))
                 llm.load()  # includes the warm-up forward
+                if adapter is not None:
+                    base_llm, llm = llm, None
+                    llm = self._adapter_over(base_llm, model_id, served_name(model_id, str(path)) or "model", adapter)
             except BaseException as exc:  # an OSError or Ctrl-C too: the lock goes back, the engine is unloaded
+                for opened in (llm, base_llm):
+                    if opened is not None:
+                        opened.close()
                 if lock is not None:
                     lock.release()
+                if self._adapter_lock is not None:
+                    self._adapter_lock.release()
+                    self._update(adapter_lock=None)
                 error = exc if isinstance(exc, MnnEngineError) else MnnEngineError(
                     "internal_error", f"loading {model_id or path} failed: {exc!r}")
                 self._record_error(error)
-                self._update(model_id=None, model_path=None, options=None)
+                self._update(model_id=None, model_path=None, options=None, base_id=None)
                 self._set_model_state("unloaded", error=error.code)
                 raise
-            self._update(llm=llm, model_lock=lock)
+            self._update(llm=llm, model_lock=lock, base_llm=base_llm)
             self._set_model_state("loaded")
             if model_id is not None:
                 self.store.touch(model_id)
@@ -270,16 +291,63 @@ class Engine:
                 return
             self._unload_locked(reason)
 
+    def _adapter_over(self, base: Llm, base_id: str | None, base_name: str, adapter: str | os.PathLike[str]) -> Llm:
+        """``adapter`` (a stored adapter of ``base_id``, or a directory) over the loaded ``base``; the
+        engine's model ID becomes the adapter's served name (``BASE_NAME``), its lock held while loaded."""
+        stored = base_id is not None and isinstance(adapter, str) and "/" not in adapter and \
+            not Path(adapter).exists()
+        if stored:
+            assert base_id is not None and isinstance(adapter, str)
+            name = model_id_from_name(adapter)
+            self.store.get_adapter(base_id, name)
+            self._update(adapter_lock=self.store.hold_adapter(base_id, name))
+            where: str | os.PathLike[str] = self.store.adapter_path(base_id, name)
+        else:
+            where = adapter
+            name = model_id_from_name(Path(adapter).resolve().name)
+        served = base.with_adapter(where)
+        self._update(model_id=adapter_id(base_id or base_name, name), model_path=served.adapter.path
+                     if served.adapter else Path(where), base_id=base_id or base_name)
+        return served
+
+    def load_adapter(self, base: Engine, adapter: str) -> dict[str, Any]:
+        """Serve the stored ``adapter`` over the model ``base`` has loaded
+        (a pool's adapter: the base's weights are shared, and the base stays
+        ``base``'s to unload, after this). Returns the model part of the snapshot."""
+        base_llm, base_id = base.llm, base.active_model_id
+        with self._lock:
+            if self._llm is not None:
+                self._unload_locked("replaced")
+            self._update(options=base._options)
+            self._set_model_state("loading")
+            try:
+                llm = self._adapter_over(base_llm, base_id, base_id or "model", adapter)
+            except BaseException as exc:
+                if self._adapter_lock is not None:
+                    self._adapter_lock.release()
+                error = exc if isinstance(exc, MnnEngineError) else MnnEngineError(
+                    "internal_error", f"creating adapter {adapter} failed: {exc!r}")
+                self._record_error(error)
+                self._update(model_id=None, model_path=None, options=None, base_id=None, adapter_lock=None)
+                self._set_model_state("unloaded", error=error.code)
+                raise
+            self._update(llm=llm)
+            self._set_model_state("loaded")
+            return self.snapshot()["model"]
+
     def _unload_locked(self, reason: str, **data: Any) -> None:
-        llm = self._llm
-        self._update(llm=None)  # no new generation can start from here on
+        llm, base_llm = self._llm, self._base_llm
+        self._update(llm=None, base_llm=None)  # no new generation can start from here on
         self._set_model_state("unloading", reason=reason)
         if llm is not None:
             llm.close()  # cancels a running generation and waits for it
+        if base_llm is not None:  # the base this engine loaded beneath its adapter: after it
+            base_llm.close()
         self._set_model_state("unloaded", reason=reason, **data)
-        if self._model_lock is not None:
-            self._model_lock.release()
-        self._update(model_id=None, model_path=None, options=None, model_lock=None)
+        for held in (self._model_lock, self._adapter_lock):
+            if held is not None:
+                held.release()
+        self._update(model_id=None, model_path=None, options=None, model_lock=None, adapter_lock=None, base_id=None)
 
     def close(self) -> None:
         """Shut down in order: stop the server, then unload."""

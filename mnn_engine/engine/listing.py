@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,9 @@ class ModelFacts:
     context_length: int = DEFAULT_CONTEXT  # its config's (MNN's max_all_tokens), before any load option
     is_audio: bool = False
     config: dict[str, Any] = field(default_factory=dict, compare=False)  # its merged config.json
+    #: a LoRA adapter's: the served name and directory of the model it runs over (its other facts are that model's)
+    base: str | None = None
+    base_path: Path | None = None
 
     @property
     def capabilities(self) -> list[str]:
@@ -80,12 +83,21 @@ def read_facts(store: ModelStore, name: str, model_id: str | None, target: str) 
                       bool(config.get("is_audio")), config)
 
 
+def adapter_facts(store: ModelStore, base: ModelFacts, name: str) -> ModelFacts:
+    """The facts of ``base``'s stored adapter ``name``: the base's, under the adapter's served name,
+    path, size and time."""
+    info = store.get_adapter(base.name, name)
+    return replace(base, name=info.id, model_id=info.id, path=Path(info.path), size_bytes=info.size_bytes,
+                   created=info.created, base=base.name, base_path=base.path)
+
+
 def facts_are_stale(store: ModelStore, facts: ModelFacts) -> bool:
     """Whether a store model was replaced since ``facts`` were read (pull --update, import --replace)."""
     if facts.model_id is None:
         return False
     try:
-        return store.path(facts.model_id).stat().st_mtime != facts.created
+        path = facts.path if facts.base is not None else store.path(facts.model_id)
+        return path.stat().st_mtime != facts.created
     except OSError:
         return False
 
@@ -140,4 +152,8 @@ def _details(config_path: Path, created: float, family: str) -> tuple[dict[str, 
 
 def model_details(facts: ModelFacts) -> tuple[dict[str, Any], int]:
     """Ollama's ``details`` of a model (/api/tags, /api/show) and its parameter count."""
-    return _details(facts.path / CONFIG_NAME, facts.created, str(facts.config.get("model_type", "")))
+    details, count = _details((facts.base_path or facts.path) / CONFIG_NAME, facts.created,
+                              str(facts.config.get("model_type", "")))
+    if facts.base is not None:  # Ollama's parent_model: what an adapter's model was made from
+        details = {**details, "parent_model": facts.base}
+    return details, count

@@ -21,7 +21,13 @@ the pool's one ``EventStream`` (their events name their model). Its rules:
   asks the allocator to give the memory back (``runtime.memory``);
 - the model named when the pool was made (``serve MODEL``) is preloaded, is
   the default for requests that name none, and stays loaded until a request
-  says otherwise or another model needs its room.
+  says otherwise or another model needs its room;
+- a LoRA adapter (``BASE_NAME``) loads over its base, which is loaded (or
+  leased) first and shared: an adapter counts in the memory budget at its own
+  size and not in ``max_loaded`` (it adds no weights); a base is never
+  unloaded while one of its adapters is leased, and unloading a base unloads
+  its idle adapters first; an adapter's keep-alive keeps its base at least
+  as long; keep-alive 0 on an adapter unloads the adapter alone.
 
 Loads, waits and unloads block: the server calls ``acquire`` and ``unload``
 off its IOLoop (``try_acquire`` is the non-blocking fast path).
@@ -90,6 +96,8 @@ class _Slot:
     """A model the pool can serve, and its state."""
 
     name: str
+    #: a LoRA adapter's slot: its base's served name (the base's slot is loaded beneath it)
+    base: str | None = None
     engine: Engine | None = None
     state: str = "unloaded"  # loading, loaded, unloading
     users: int = 0
@@ -163,11 +171,20 @@ class ModelPool:
         return any(self.roster.target(name)[0] == model_id for name in busy)
 
     def _slot_for(self, name: str) -> _Slot:
+        pair = self.roster.adapter_of(name) if name not in self._slots else None
         with self._cond:
             slot = self._slots.get(name)
             if slot is None:
-                slot = self._slots[name] = _Slot(name)
+                slot = self._slots[name] = _Slot(name, base=pair[0] if pair else None)
             return slot
+
+    def _adapters_of(self, slot: _Slot) -> list[_Slot]:
+        """The loaded adapters running over ``slot`` (holds ``_cond``)."""
+        return [s for s in self._slots.values() if s.base == slot.name and s.state == "loaded"]
+
+    def _busy(self, slot: _Slot) -> bool:
+        """Leased, or a base one of whose adapters is leased (holds ``_cond``)."""
+        return slot.users > 0 or any(a.users for a in self._adapters_of(slot))
 
     def resolve(self, asked: Any, *, strict: bool = True) -> str:
         """The served name of the model a request's ``model`` names: a store
@@ -216,6 +233,8 @@ class ModelPool:
         if lease is not None:
             return lease
         slot = self._slot_for(name)
+        if slot.base is not None:
+            return self._acquire_adapter(slot, timeout)
         self.roster.size(name)  # read now, not while _cond is held (the IOLoop's try_acquire takes it)
         deadline = time.monotonic() + timeout
         if not self._load_lock.acquire(timeout=max(0.0, timeout)):
@@ -233,20 +252,49 @@ class ModelPool:
         finally:
             self._load_lock.release()
 
+    def _acquire_adapter(self, slot: _Slot, timeout: float) -> Lease:
+        """A lease on an adapter: its base leased (loaded first if need be)
+        while the adapter is made over it, then the adapter's own lease."""
+        assert slot.base is not None
+        deadline = time.monotonic() + timeout
+        base = self.acquire(slot.base, timeout)
+        try:
+            self.roster.size(slot.name)
+            if not self._load_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                raise MnnEngineError("busy", f"waited {timeout:g} s for another model's load")
+            try:
+                if self._closed:
+                    raise MnnEngineError("server_stopping", "the server is stopping")
+                with self._cond:
+                    if slot.state == "loaded" and slot.engine is not None and slot.engine.loaded:
+                        return self._lease(slot)
+                    victims = self._make_room(slot, deadline)
+                for victim in victims:
+                    self._unload_slot(victim, "evicted")
+                return self._load(slot, base_engine=base.engine)
+            finally:
+                self._load_lock.release()
+        finally:
+            base.release()
+
     def _make_room(self, slot: _Slot, deadline: float) -> list[_Slot]:
-        """The idle models to unload (least recently used first) so that
-        ``slot`` fits; waits while the room is leased. Holds ``_cond``."""
+        """The idle models to unload (least recently used first; a base's
+        adapters before it) so that ``slot`` fits; waits while the room is
+        leased. Holds ``_cond``."""
         while True:
             loaded = [s for s in self._slots.values() if s.state == "loaded" and s is not slot]
-            idle = sorted((s for s in loaded if s.users == 0), key=lambda s: s.last_used)
+            idle = sorted((s for s in loaded if not self._busy(s) and s.name != slot.base), key=lambda s: s.last_used)
             size = self.roster.size(slot.name)
             victims: list[_Slot] = []
             kept = list(loaded)
-            while self._over(kept, size) and idle:
+            while self._over(kept, size, slot) and idle:
                 victim = idle.pop(0)
-                victims.append(victim)
-                kept.remove(victim)
-            if not self._over(kept, size):
+                for gone in [*(a for a in self._adapters_of(victim) if a in kept), victim]:
+                    victims.append(gone)
+                    kept.remove(gone)
+                    if gone in idle:
+                        idle.remove(gone)
+            if not self._over(kept, size, slot):
                 for victim in victims:
                     victim.state = "unloading"
                 return victims
@@ -257,26 +305,36 @@ class ModelPool:
                                      f"(at most {self.max_loaded} loaded; serve --max-loaded)")
             self._cond.wait(remaining)
 
-    def _over(self, kept: list[_Slot], size: int) -> bool:
-        """Whether a model of ``size`` bytes beside ``kept`` is one too many or
-        too big for the budget (alone, a model always loads)."""
-        too_many = len(kept) + 1 > self.max_loaded
+    def _over(self, kept: list[_Slot], size: int, slot: _Slot) -> bool:
+        """Whether ``slot`` (``size`` bytes) beside ``kept`` is one model too
+        many or too big for the budget (alone, a model always loads; an
+        adapter is no model more: it adds no weights)."""
+        too_many = sum(1 for s in kept if s.base is None) + (slot.base is None) > self.max_loaded
         too_big = bool(self.memory_budget) and bool(kept) and \
             sum(self.roster.size(s.name) for s in kept) + size > self.memory_budget
         return too_many or too_big
 
-    def _load(self, slot: _Slot, overrides: Mapping[str, Any] | None = None) -> Lease:
-        """Load ``slot`` (holding ``_load_lock``) and lease it."""
+    def _load(self, slot: _Slot, overrides: Mapping[str, Any] | None = None,
+              base_engine: Engine | None = None) -> Lease:
+        """Load ``slot`` (holding ``_load_lock``; an adapter over ``base_engine``'s model) and lease it."""
         self.roster.size(slot.name)
         model_id, target = self.roster.target(slot.name)
-        options = model_options(self.store, model_id, defaults=self.defaults, overrides=overrides)
+        options = model_options(self.store, model_id, defaults=self.defaults, overrides=overrides) \
+            if base_engine is None else None
         engine = self._engine_factory(ModelStore(self.store.root), self.events)
         with self._cond:
             slot.state = "loading"
             self._loading = {"model": slot.name, "started": time.time(), "progress": None}
         started = time.monotonic()
         try:
-            engine.load(target, options)
+            if base_engine is not None:
+                pair = self.roster.adapter_of(slot.name)
+                if pair is None:
+                    raise MnnEngineError("model_not_found", f"the adapter {slot.name!r} is no longer in the store",
+                                         param="model")
+                engine.load_adapter(base_engine, pair[1])
+            else:
+                engine.load(target, options)
         except BaseException as exc:
             engine.close()
             with self._cond:
@@ -304,6 +362,10 @@ class ModelPool:
             else:
                 slot.keep_forever = False  # a request said how long: the preloaded model follows it too
             slot.expires = NEVER if keep_alive is None else slot.last_used + keep_alive
+            base = self._slots.get(slot.base) if slot.base is not None else None
+            if base is not None and base.state == "loaded":  # the base lives at least as long as its adapter
+                base.last_used = slot.last_used
+                base.expires = max(base.expires, slot.expires)
             self._cond.notify_all()
 
     def preload(self, model: str, overrides: Mapping[str, Any] | None = None) -> str:
@@ -331,12 +393,15 @@ class ModelPool:
                 if slot is None or slot.state != "loaded":
                     return
                 slot.keep_forever, slot.expires = False, time.monotonic()
-                if slot.users:
+                if self._busy(slot):
                     slot.unload_pending = True
                     self._cond.notify_all()
                     return
-                slot.state = "unloading"
-            self._unload_slot(slot, "keep_alive")
+                adapters = self._adapters_of(slot)
+                for gone in [*adapters, slot]:
+                    gone.state = "unloading"
+            for gone in [*adapters, slot]:
+                self._unload_slot(gone, "keep_alive")
 
     def _unload_slot(self, slot: _Slot, reason: str) -> None:
         """Unload a slot marked ``unloading`` (holding ``_load_lock``)."""
@@ -359,7 +424,7 @@ class ModelPool:
             with self._cond:
                 if self._closed:
                     return
-                idle = [s for s in self._slots.values() if s.state == "loaded" and s.users == 0]
+                idle = [s for s in self._slots.values() if s.state == "loaded" and not self._busy(s)]
                 due = min((s.expires for s in idle), default=NEVER)
                 wait = due - time.monotonic()
                 if wait > 0:
@@ -369,7 +434,10 @@ class ModelPool:
                 with self._cond:
                     now = time.monotonic()
                     expired = [s for s in self._slots.values()
-                               if s.state == "loaded" and s.users == 0 and s.expires <= now]
+                               if s.state == "loaded" and not self._busy(s) and s.expires <= now]
+                    for base in [s for s in expired if s.base is None]:  # its adapters go first
+                        expired += [a for a in self._adapters_of(base) if a not in expired]
+                    expired.sort(key=lambda s: s.base is None)
                     for slot in expired:
                         slot.state = "unloading"
                 for slot in expired:
@@ -389,7 +457,8 @@ class ModelPool:
             self._cond.notify_all()
         with self._load_lock:
             with self._cond:
-                loaded = [s for s in self._slots.values() if s.state == "loaded"]
+                loaded = sorted((s for s in self._slots.values() if s.state == "loaded"),
+                                key=lambda s: s.base is None)  # adapters before the bases they run over
                 for slot in loaded:
                     slot.state = "unloading"
             for slot in loaded:

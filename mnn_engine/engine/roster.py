@@ -6,8 +6,10 @@ facts and size, read from its files once per version of them (``facts``,
 ``size``). Scheduling (leases, loads, keep-alive, the memory budget) is the
 pool's; nothing here loads a model.
 
-A name is a store ID, or the served name of a model directory outside the
-store named when the server started (``add``: ``serve ./my-model``).
+A name is a store ID, the served name of a model directory outside the
+store named when the server started (``add``: ``serve ./my-model``), or a
+stored LoRA adapter's ``BASE_NAME`` (``store.adapters``: the pool loads
+its base beneath it).
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from pathlib import Path
 from ..errors import MnnEngineError
 from ..hub import catalog
 from ..runtime.model_files import CONFIG_NAME
+from ..store.adapters import adapter_id, split_adapter_id
 from ..store.layout import served_name
 from ..store.models import ModelStore
-from .listing import ModelFacts, directory_bytes, facts_are_stale, read_facts
+from .listing import ModelFacts, adapter_facts, directory_bytes, facts_are_stale, read_facts
 from .naming import model_not_found, names
 
 
@@ -57,10 +60,22 @@ class ModelRoster:
         return [n for n in found if (models / n / CONFIG_NAME).is_file()]
 
     def names(self) -> list[str]:
-        """Every served name: the store's models and the directories added."""
+        """Every served name: the store's models, their adapters and the directories added."""
         with self._lock:
             directories = list(self._directories)
-        return sorted({*self.store_ids(), *directories})
+        ids = self.store_ids()
+        adapters = [a.id for a in self.store.adapters() if a.base in ids]
+        return sorted({*ids, *adapters, *directories})
+
+    def adapter_of(self, name: str) -> tuple[str, str] | None:
+        """(base, adapter) when ``name`` is a stored adapter's served name, else None."""
+        pair = split_adapter_id(name)
+        if pair is None or adapter_id(*pair) != name:
+            return None
+        with contextlib.suppress(MnnEngineError):
+            self.store.get_adapter(*pair)
+            return pair
+        return None
 
     def target(self, name: str) -> tuple[str | None, str]:
         """What ``Engine.load`` takes for ``name``: (its store ID or None, the ID or its directory)."""
@@ -79,6 +94,12 @@ class ModelRoster:
         for name in directories:  # named at start: before a store model of a similar name
             if names(asked, name):
                 return name
+        pair = split_adapter_id(asked)  # BASE_NAME: no store ID holds the separator
+        if pair is not None:
+            with contextlib.suppress(MnnEngineError):  # else a name such as my_model slugs to a model's ID
+                base = self.resolve(pair[0])
+                self.store.get_adapter(base, pair[1])
+                return adapter_id(base, pair[1])
         for model_id in self.store_ids():
             if names(asked, model_id):
                 return model_id
@@ -94,8 +115,12 @@ class ModelRoster:
         with self._lock:
             facts = self._facts.get(name)
         if facts is None or facts_are_stale(self.store, facts):
-            model_id, target = self.target(name)
-            facts = read_facts(self.store, name, model_id, target)
+            pair = self.adapter_of(name)
+            if pair is not None:
+                facts = adapter_facts(self.store, self.facts(pair[0]), pair[1])
+            else:
+                model_id, target = self.target(name)
+                facts = read_facts(self.store, name, model_id, target)
             with self._lock:
                 self._facts[name], self._sizes[name] = facts, facts.size_bytes
         return facts
@@ -107,9 +132,11 @@ class ModelRoster:
             size = self._sizes.get(name)
         if size is None:
             model_id, target = self.target(name)
+            pair = self.adapter_of(name)
             size = 0
             with contextlib.suppress(MnnEngineError, OSError):
-                size = self.store.get(model_id).size_bytes if model_id is not None else directory_bytes(Path(target))
+                size = self.store.get_adapter(*pair).size_bytes if pair is not None else \
+                    self.store.get(model_id).size_bytes if model_id is not None else directory_bytes(Path(target))
             if size:  # unreadable now: asked again next time
                 with self._lock:
                     self._sizes[name] = size

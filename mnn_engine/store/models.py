@@ -10,6 +10,7 @@ Layout under the store root (``$MNN_ENGINE_HOME``, else
     downloads/<id>/       a pull in progress (mnn_engine.store.pull)
     presets/<id>.json     the load options ``bench --tune`` measured fastest
     options/<id>.json     the load options set with ``models config`` (they win over the preset)
+    adapters/<id>/<name>/ the LoRA adapters exported over that model (mnn_engine.store.adapters)
 
 An import validates the source, copies it into a hidden directory inside the
 store and renames it into place, so a crash or kill mid-copy never leaves a
@@ -46,6 +47,7 @@ from ..runtime.model_files import (
     validate_model_dir,
 )
 from ..runtime.prepared_cache import CACHE_DIR_NAME, path_cache_dir, prepare_cache
+from .adapters import ADAPTERS_DIR, AdapterShelf
 from .layout import SOURCE_FILE, ModelInfo, ModelLock, check_model_id, model_id_from_name, read_source
 from .pull import pull, rollback
 
@@ -119,10 +121,11 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-class ModelStore:
-    """Models on disk. ``in_use(model_id)`` (set by the engine) tells which
-    model is loaded: such a model cannot be renamed, deleted, replaced or have
-    its cache cleared."""
+class ModelStore(AdapterShelf):
+    """Models on disk, and their LoRA adapters (``AdapterShelf``).
+    ``in_use(model_id)`` (set by the engine) tells which model or adapter is
+    loaded: such a model cannot be renamed, deleted, replaced or have its
+    cache cleared."""
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.root = Path(root).expanduser() if root is not None else store_root()
@@ -368,14 +371,19 @@ class ModelStore:
             for kept in (self.preset_path, self.options_path):  # a model's settings follow it
                 if kept(old_id).exists():
                     kept(old_id).replace(kept(new_id))
+            adapters = self.root / ADAPTERS_DIR
+            if (adapters / old_id).is_dir():  # and its adapters
+                (adapters / old_id).rename(adapters / new_id)
             old_cache = self.cache_dir / old_id
             if old_cache.exists():
                 shutil.rmtree(old_cache, ignore_errors=True)
             return self._info(new_id, target)
 
-    def delete(self, model_id: str) -> None:
+    def delete(self, model_id: str, *, force: bool = False) -> None:
+        """Delete a model; one with adapters only with ``force`` (they go too)."""
         self.get(model_id)
         with self.changing(model_id, "delete"):
+            self._adapters_of_deleted(model_id, force)
             info = self.get(model_id)
             trash = self.models_dir / f"{_TRASH_PREFIX}{model_id}-{uuid.uuid4().hex[:8]}"
             Path(info.path).rename(trash)  # disappears from listings at once

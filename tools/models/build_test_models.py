@@ -33,6 +33,7 @@ each a directory with lora.mnn, peft's adapter_config.json and adapter.json (its
   tiny-int8-lora-a           the first, exported over tiny-int8; tiny-int8-merged-a is peft's
                              merge_and_unload() of the same base and adapter, exported as a model
   tiny-scripted-lora         over tiny-scripted: greedy output is exactly ADAPTER_TEXT instead
+  qwen3-0.6b-shape-lora      a random adapter for the big shape (--big: memory measurements)
 """
 
 from __future__ import annotations
@@ -75,13 +76,14 @@ ADAPTERS = {
     "tiny-lora-b": ("tiny", ["--seed", "2"]),
     "tiny-int8-lora-a": ("tiny-int8", ["--seed", "1"]),
     "tiny-scripted-lora": ("tiny-scripted", ["--script", ADAPTER_TEXT, "--script-base", SCRIPTED_TEXT]),
+    "qwen3-0.6b-shape-lora": ("qwen3-0.6b-shape", ["--seed", "1"]),  # --big: what an adapter costs at scale
 }
 MERGED = {"tiny-int8-merged-a": "tiny-int8-lora-a"}
+BIG_MODELS = ["qwen3-0.6b-shape", "qwen3-0.6b-shape-lora"]
 DEFAULT_MODELS = ["tiny", "tiny-scripted", "tiny-toolcall", "tiny-thinking", "tiny-embedding", "tiny-vision",
-                  "tiny-audio", "smollm2-135m", "tiny-int8", *ADAPTERS, *MERGED]
+                  "tiny-audio", "smollm2-135m", "tiny-int8", *(a for a in ADAPTERS if a not in BIG_MODELS), *MERGED]
 #: built only when named
 OPTIONAL_MODELS: list[str] = []
-BIG_MODELS = ["qwen3-0.6b-shape"]
 
 
 def default_root() -> Path:

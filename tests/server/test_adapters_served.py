@@ -1,0 +1,146 @@
+"""LoRA adapters served by name (issue 46): a store holding tiny-scripted
+(says SCRIPTED_TEXT) with its scripted adapter (says ADAPTER_TEXT) and a
+random one, served by a ModelPool on loopback. Each request names ``scripted``,
+``scripted_says`` or ``scripted_random`` in a dialect, and the answer shows
+which weights made it; the base loads once (its load events are counted)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from server import test_many_models
+from server.test_many_models import Served
+from support import SCRIPTED_TEXT, test_model_dir
+
+from mnn_engine import MnnEngineError, ModelStore
+
+ADAPTER_TEXT = "Hello! I am a test model."  # tools/models/build_test_models.py: tiny-scripted-lora's script
+CHAT = [{"role": "user", "content": "Who are you?"}]
+
+
+@pytest.fixture
+def served(tmp_path, monkeypatch):
+    store = ModelStore(tmp_path)
+    store.import_model(test_model_dir("tiny-scripted"), model_id="scripted")
+    store.import_adapter(test_model_dir("tiny-scripted-lora"), "scripted", name="says")
+    monkeypatch.setattr(test_many_models, "_store", lambda root: store)  # the served store: this one
+    server = Served(tmp_path, keep_alive=None)
+    yield server
+    server.pool.close()
+
+
+def _loads(served, name: str) -> int:
+    return sum(1 for e in served.events if e.kind == "model" and e.state == "loaded" and e.data.get("model_id") == name)
+
+
+def test_alternating_requests_answer_from_their_own_weights_and_the_base_loads_once(served):
+    for _ in range(2):
+        for model, text in (("scripted", SCRIPTED_TEXT), ("scripted_says", ADAPTER_TEXT)):
+            answer = served.openai.chat.completions.create(model=model, messages=CHAT, temperature=0)
+            assert answer.choices[0].message.content == text and answer.model == model
+            chunks = served.openai.chat.completions.create(model=model, messages=CHAT, temperature=0, stream=True)
+            assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+            reply = served.ollama.chat(model=model, messages=CHAT, options={"temperature": 0})
+            assert reply.message.content == text
+            streamed = served.ollama.generate(model=model, prompt="Who are you?", stream=True,
+                                              options={"temperature": 0})
+            assert "".join(part.response for part in streamed) == text
+            status, raw = served.request("POST", "/v1/messages", {"model": model, "max_tokens": 64,
+                                                                  "messages": CHAT, "temperature": 0})
+            assert status == 200 and json.loads(raw)["content"][0]["text"] == text
+            status, raw = served.request("POST", "/v1/responses", {"model": model, "input": "Who are you?",
+                                                                   "temperature": 0})
+            assert status == 200 and json.loads(raw)["output"][-1]["content"][0]["text"] == text
+    assert _loads(served, "scripted") == 1 and _loads(served, "scripted_says") == 1
+
+
+def test_adapters_are_listed_with_their_base(served):
+    ids = [m.id for m in served.openai.models.list()]
+    assert "scripted_says" in ids and "scripted" in ids
+    tags = json.loads(served.request("GET", "/api/tags")[1])["models"]
+    assert "scripted_says:latest" in [t["name"] for t in tags]
+    status, raw = served.request("POST", "/api/show", {"model": "scripted_says"})
+    assert status == 200 and json.loads(raw)["details"]["family"] == "qwen3"
+
+
+def test_keep_alive_zero_on_an_adapter_unloads_it_and_not_the_base(served):
+    served.ollama.chat(model="scripted_says", messages=CHAT, options={"temperature": 0})
+    served.wait_loaded(["scripted", "scripted_says"])
+    served.ollama.chat(model="scripted_says", messages=CHAT, keep_alive=0, options={"temperature": 0})
+    served.wait_loaded(["scripted"])
+    assert served.ollama.chat(model="scripted", messages=CHAT).message.content == SCRIPTED_TEXT
+    assert _loads(served, "scripted") == 1
+
+
+def test_unloading_the_base_unloads_its_adapter_first(served):
+    served.ollama.chat(model="scripted_says", messages=CHAT, options={"temperature": 0})
+    served.ollama.generate(model="scripted", keep_alive=0)  # Ollama's unload: its adapter goes too
+    served.wait_loaded([])
+    unloaded = [e.data.get("model_id") for e in served.events if e.kind == "model" and e.state == "unloaded"]
+    assert unloaded[-2:] == ["scripted_says", "scripted"]
+
+
+def test_a_broken_adapter_is_that_requests_error_and_the_base_keeps_serving(served):
+    lora = served.store.adapter_path("scripted", "says") / "lora.mnn"
+    lora.write_bytes(lora.read_bytes()[:4000])
+    status, raw = served.request("POST", "/v1/chat/completions", {"model": "scripted_says", "messages": CHAT})
+    assert status == 422 and "adapter" in json.loads(raw)["error"]["message"]
+    assert served.openai.chat.completions.create(model="scripted", messages=CHAT).choices[0].message.content \
+        == SCRIPTED_TEXT
+
+
+def test_store_rules_for_adapters(tmp_path):
+    store = ModelStore(tmp_path)
+    store.import_model(test_model_dir("tiny-scripted"), model_id="scripted")
+    store.import_model(test_model_dir("tiny"), model_id="tiny")
+    with pytest.raises(MnnEngineError) as err:  # exported over tiny-scripted, whose weights tiny's are not
+        store.import_adapter(test_model_dir("tiny-scripted-lora"), "tiny")
+    assert err.value.code == "invalid_model"
+    info = store.import_adapter(test_model_dir("tiny-scripted-lora"), "scripted")
+    assert info.id == "scripted_tiny-scripted-lora" and info.rank and info.scale == 1.0
+    with pytest.raises(MnnEngineError) as err:
+        store.import_adapter(test_model_dir("tiny-scripted-lora"), "scripted")
+    assert err.value.code == "model_exists"
+    for bad in ("../x", "a/b", "..", "x" * 200):
+        with pytest.raises(MnnEngineError):
+            store.import_adapter(test_model_dir("tiny-scripted-lora"), "scripted", name=bad)
+    with pytest.raises(MnnEngineError) as err:
+        store.delete("scripted")
+    assert err.value.code == "invalid_argument" and "--force" in err.value.message
+    renamed = store.rename_adapter("scripted", "tiny-scripted-lora", "says")
+    assert [a.id for a in store.adapters()] == [renamed.id] == ["scripted_says"]
+    store.rename("scripted", "base")
+    assert [a.id for a in store.adapters()] == ["base_says"]
+    store.delete("base", force=True)
+    assert store.adapters() == [] and not store.exists("base")
+
+
+def test_the_cli_imports_lists_and_deletes_adapters(tmp_path):
+    env = {"MNN_ENGINE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    run = lambda *args: subprocess.run([sys.executable, "-m", "mnn_engine", "models", *args], env=env,  # noqa: E731
+                                       capture_output=True, text=True, timeout=120)
+    assert run("import", str(test_model_dir("tiny-scripted")), "--id", "scripted").returncode == 0
+    done = run("import-adapter", str(test_model_dir("tiny-scripted-lora")), "--base", "scripted", "--id", "says")
+    assert done.returncode == 0 and "scripted_says" in done.stdout
+    listing = run("list").stdout
+    assert "scripted_says" in listing and "adapter of scripted" in listing
+    refused = run("rm", "scripted")
+    assert refused.returncode != 0 and "--force" in refused.stderr
+    assert run("rm", "scripted_says").returncode == 0
+    assert run("rm", "scripted").returncode == 0
+
+
+def test_an_adapter_directory_outside_the_store_is_copied_not_linked(tmp_path):
+    source = tmp_path / "src"
+    shutil.copytree(test_model_dir("tiny-scripted-lora"), source)
+    store = ModelStore(tmp_path / "store")
+    store.import_model(test_model_dir("tiny-scripted"), model_id="scripted")
+    info = store.import_adapter(source, "scripted", name="says")
+    shutil.rmtree(source)
+    assert (store.adapter_path("scripted", "says") / "lora.mnn").is_file() and info.size_bytes > 0
+    time.sleep(0)  # (nothing else refers to the source)
