@@ -23,8 +23,9 @@ the pool's one ``EventStream`` (their events name their model). Its rules:
   the default for requests that name none, and stays loaded until a request
   says otherwise or another model needs its room;
 - a LoRA adapter (``BASE_NAME``) loads over its base, which is loaded (or
-  leased) first and shared: an adapter counts in the memory budget at its own
-  size and not in ``max_loaded`` (it adds no weights); a base is never
+  leased) first and shared: an adapter counts in the memory budget at what
+  its load measured (``Llm.adapter_bytes``; its file's size before) and not
+  in ``max_loaded`` (it adds no weights); a base is never
   unloaded while one of its adapters is leased, and unloading a base unloads
   its idle adapters first; an adapter's keep-alive keeps its base at least
   as long; keep-alive 0 on an adapter unloads the adapter alone.
@@ -346,6 +347,8 @@ class ModelPool:
             raise
         log.info("loaded %s in %.2f s (%d of at most %d loaded)", slot.name, time.monotonic() - started,
                  self.loaded_count() + 1, self.max_loaded)
+        if base_engine is not None:  # an adapter counts at what it cost (its file's size until measured)
+            self.roster.measured(slot.name, engine.llm.adapter_bytes)
         with self._cond:
             slot.engine, slot.state, self._loading = engine, "loaded", None
             self._cond.notify_all()

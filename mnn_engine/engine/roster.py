@@ -125,6 +125,12 @@ class ModelRoster:
                 self._facts[name], self._sizes[name] = facts, facts.size_bytes
         return facts
 
+    def measured(self, name: str, cost: int) -> None:
+        """What loading ``name`` really cost (an adapter's RSS growth): its size from now on."""
+        if cost > 0:
+            with self._lock:
+                self._sizes[name] = cost
+
     def size(self, name: str) -> int:
         """``name``'s weights on disk, in bytes (read once; 0 when unreadable:
         its load reports what is wrong)."""

@@ -32,6 +32,7 @@ from .generation import (
     ScoreResult,
     TokenCallback,
 )
+from .memory import give_back_memory, rss_bytes
 from .model_files import ModelDir, capabilities, quantization_problem, read_model_dir
 from .native_output import captured_native_output
 from .prepared_cache import default_path_cache
@@ -244,6 +245,9 @@ class Llm:
         #: a LoRA adapter's handle: the model it runs over and what was read of it (None: a model of its own)
         self.base: Llm | None = None
         self.adapter: AdapterDir | None = None
+        #: an adapter's: what the process's RSS grew by when it was made (its factors, its KV cache and
+        #: MNN's buffers for its graph; the base's weights are shared), measured then
+        self.adapter_bytes = 0
         self._adapters: weakref.WeakSet[Llm] = weakref.WeakSet()
         self.last_result: GenerationResult | None = None
         self.load_seconds = 0.0  # of the last load(): MNN reading the model, without the warm-up forward
@@ -373,6 +377,8 @@ class Llm:
         # MNN joins the graph's name to the base's directory, as it joins every file the config names
         relative = os.path.relpath(files.graph, self.model_dir)
         with self._state_lock, self._using() as core:
+            give_back_memory()
+            before = rss_bytes()
             started = time.perf_counter()
             with captured_native_output() as lines:
                 adapted = core.create_adapter(relative)
@@ -382,8 +388,11 @@ class Llm:
                                      param="adapter")
             adapted.native_capture = captured_native_output
             handle._adopt(adapted, self._mnn_overrides or {}, time.perf_counter() - started)
+            give_back_memory()
+            handle.adapter_bytes = max(0, rss_bytes() - before)
             self._adapters.add(handle)
-        log.info("adapter %s over %s (%s factor weights)", files.path, self.model_dir, files.parameters)
+        log.info("adapter %s over %s (%s factor weights, %.1f MiB)", files.path, self.model_dir, files.parameters,
+                 handle.adapter_bytes / 2**20)
         return handle
 
     def _run_load_checks(self, core: _mnn.LlmCore, mnn_config: dict[str, Any], low_memory: bool) -> None:
