@@ -39,7 +39,8 @@ def _run(code: str, home, timeout: float = 120) -> subprocess.CompletedProcess:
 
 def _as_here(code: str) -> str:
     model = str(test_model_dir("tiny-scripted"))
-    return (code.replace("~/models/Qwen3-0.6B-MNN", model).replace("~/Download/Qwen3-0.6B-MNN", model)
+    return (code.replace("~/models/qwen3-0.6b-tone", str(test_model_dir("tiny-scripted-lora")))
+            .replace("~/models/Qwen3-0.6B-MNN", model).replace("~/Download/Qwen3-0.6B-MNN", model)
             .replace("port=8081", "port=0").replace("127.0.0.1:8081", "127.0.0.1:{port}"))
 
 

@@ -144,3 +144,70 @@ def test_an_adapter_directory_outside_the_store_is_copied_not_linked(tmp_path):
     shutil.rmtree(source)
     assert (store.adapter_path("scripted", "says") / "lora.mnn").is_file() and info.size_bytes > 0
     time.sleep(0)  # (nothing else refers to the source)
+
+
+def test_lru_under_max_loaded_counts_an_adapter_with_its_base(tmp_path, monkeypatch):
+    store = ModelStore(tmp_path)
+    store.import_model(test_model_dir("tiny-scripted"), model_id="scripted")
+    store.import_model(test_model_dir("tiny"), model_id="tiny")
+    store.import_adapter(test_model_dir("tiny-scripted-lora"), "scripted", name="says")
+    monkeypatch.setattr(test_many_models, "_store", lambda root: store)
+    served = Served(tmp_path, keep_alive=None, max_loaded=1)
+    try:
+        assert served.ollama.chat(model="scripted_says", messages=CHAT).message.content == ADAPTER_TEXT
+        served.wait_loaded(["scripted", "scripted_says"])  # one model's weights: within max_loaded 1
+        served.ollama.chat(model="tiny", messages=CHAT)  # another model: the adapter, then its base, go
+        served.wait_loaded(["tiny"])
+        unloaded = [e.data.get("model_id") for e in served.events if e.kind == "model" and e.state == "unloaded"]
+        assert unloaded[-2:] == ["scripted_says", "scripted"]
+        assert served.ollama.chat(model="scripted_says", messages=CHAT).message.content == ADAPTER_TEXT
+        served.wait_loaded(["scripted", "scripted_says"])
+    finally:
+        served.pool.close()
+
+
+def test_the_readme_adapter_lines_run_as_written(tmp_path):
+    """The README's adapter commands, with the test models in the phone's names: import, list, the curl line
+    against `serve` (the adapter's answer is its script), as a user types them."""
+    import os
+    import re
+    import shlex
+    import signal
+
+    from live_server import free_port
+    from support import REPO
+
+    text = (REPO / "README.md").read_text()
+    block = re.search(r"### LoRA adapters.*?```bash\n(.*?)```", text, re.S).group(1)
+    lines = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+    env = dict(os.environ, MNN_ENGINE_HOME=str(tmp_path))
+    store = ModelStore(tmp_path)
+    store.import_model(test_model_dir("tiny-scripted"), model_id="qwen3-0-6b")
+    adapter = tmp_path / "qwen3-0.6b-tone"
+    shutil.copytree(test_model_dir("tiny-scripted-lora"), adapter)
+    port = free_port()
+    server = None
+    try:
+        for line in lines:
+            argv = shlex.split(line.replace("./qwen3-0.6b-tone", str(adapter)).replace("localhost:8081",
+                                                                                      f"127.0.0.1:{port}"))
+            if argv[:3] == ["python", "-m", "mnn_engine"]:
+                argv = [sys.executable, *argv[1:]]
+            if argv[-1] == "serve":
+                server = subprocess.Popen([*argv, "--port", str(port), "--threads", "1"], env=env,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                deadline = time.monotonic() + 60
+                while subprocess.run(["curl", "-sf", f"127.0.0.1:{port}/health"], capture_output=True).returncode:
+                    assert time.monotonic() < deadline and server.poll() is None, "serve did not start"
+                    time.sleep(0.1)
+                continue
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, (line, done.stderr)
+            if argv[0] == "curl":
+                assert json.loads(done.stdout)["choices"][0]["message"]["content"] == ADAPTER_TEXT
+            if argv[-1] == "list":
+                assert "qwen3-0-6b_tone" in done.stdout and "adapter of qwen3-0-6b" in done.stdout
+    finally:
+        if server is not None:
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(30) == 0

@@ -116,7 +116,8 @@ def _readme_curl_lines() -> list[str]:
 
 
 #: README lines that cannot run here, and why (everything else runs as written)
-NOT_HERE = {"/api/pull": "downloads a model from a hub: no network here (tests/store covers pulls)"}
+NOT_HERE = {"/api/pull": "downloads a model from a hub: no network here (tests/store covers pulls)",
+            "_tone": "names an adapter: tests/server/test_adapters_served.py runs it on a store that holds one"}
 EMBEDDING_ROUTES = ("/v1/embeddings", "/api/embed", "/api/embeddings")
 
 
@@ -303,7 +304,8 @@ OLLAMA_REFUSED = {
     '"images"': "text-only",  # the test models have no vision encoder (issue 31): 400 "this model is text-only"
 }
 #: an example that cannot run here at all
-OLLAMA_NOT_HERE = {"/api/pull": "downloads a model from a hub: no network here (tests/store covers pulls)"}
+OLLAMA_NOT_HERE = {"/api/pull": "downloads a model from a hub: no network here (tests/store covers pulls)",
+            "_tone": "names an adapter: tests/server/test_adapters_served.py runs it on a store that holds one"}
 
 
 @pytest.mark.parametrize("example", OLLAMA_DOCS["examples"], ids=lambda e: f"{e['route']} {e['section']}")
