@@ -91,7 +91,7 @@ def _models_pull(args: argparse.Namespace) -> int:
     progress = progress_bar("pulling") if show_progress(args) else None
     try:
         info = store.pull(args.spec, model_id=args.id, revision=args.revision, source=args.source,
-                          update=args.update, progress=progress)
+                          update=args.update, progress=progress, base=args.base)
     except KeyboardInterrupt:  # one line, not a traceback: what was kept, and how to go on
         kept = sum(f.stat().st_size for f in (store.root / "downloads").rglob("*") if f.is_file()) \
             if (store.root / "downloads").is_dir() else 0
@@ -100,6 +100,8 @@ def _models_pull(args: argparse.Namespace) -> int:
         return 130
     if args.json:
         print_json(info.to_dict())
+    elif isinstance(info, AdapterInfo):
+        print(f"{info.id}: adapter of {info.base}, {human_size(info.size_bytes)} in {info.path}")
     else:
         revision = (info.source or {}).get("commit") or "-"
         print(f"{info.id}: {human_size(info.size_bytes)} at revision {revision[:12]} in {info.path}")
@@ -219,6 +221,8 @@ def add_commands(commands: Any) -> None:
     add_pull_options(p)
     p.add_argument("--update", action="store_true", help="fetch the newest revision of a stored model; the "
                    "current one is kept for models rollback")
+    p.add_argument("--base", help="a LoRA adapter export (lora.mnn, no config.json): the stored model it was "
+                   "exported over (--id names the adapter)")
     p.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
     command(models, "catalog", _models_catalog, "models you can pull by name", json_output=True)
     command(models, "rollback", _models_rollback, "go back to the version the last update replaced", "id")

@@ -49,7 +49,7 @@ from ..runtime.model_files import (
 from ..runtime.prepared_cache import CACHE_DIR_NAME, path_cache_dir, prepare_cache
 from .adapters import ADAPTERS_DIR, AdapterShelf
 from .layout import SOURCE_FILE, ModelInfo, ModelLock, check_model_id, model_id_from_name, read_source
-from .pull import pull, rollback
+from .pull import pull, pull_adapter, rollback
 
 _IMPORT_PREFIX = ".import-"
 _TRASH_PREFIX = ".trash-"
@@ -395,12 +395,17 @@ class ModelStore(AdapterShelf):
 
     def pull(self, spec: str, *, model_id: str | None = None, revision: str | None = None,
              source: str | None = None, update: bool = False, progress: ProgressCallback | None = None,
-             **options: Any) -> ModelInfo:
+             base: str | None = None, **options: Any) -> Any:
         """Download a model into the store: a catalog name (``qwen3-0.6b``),
         ``hf:ORG/NAME``, ``modelscope:ORG/NAME`` or a manifest URL. Resumes,
         verifies every file and activates atomically; ``update`` fetches a
         newer revision of a stored model and keeps the old one for
-        ``rollback``. See ``mnn_engine.store.pull``."""
+        ``rollback``. With ``base``: a LoRA adapter export, imported over that
+        stored model as ``model_id`` (returns its ``AdapterInfo``). See
+        ``mnn_engine.store.pull``."""
+        if base is not None:
+            return pull_adapter(self, spec, base, name=model_id, revision=revision, source=source, update=update,
+                                progress=progress, **options)
         return pull(self, spec, model_id=model_id, revision=revision, source=source, update=update,
                     progress=progress, **options)
 

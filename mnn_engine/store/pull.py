@@ -9,6 +9,8 @@ Store layout added by pulls (beside ``models/`` and ``cache/``)::
     downloads/<id>.partial/  its unfinished files, as <name>.part (outside the
                           model: a repo may list both X and X.part)
     downloads/<id>.lock   held by the process pulling <id>
+    downloads/adapter-<base>_<name>/  a LoRA adapter's pull in progress (``pull_adapter``;
+                          imported over its base when it is complete)
     previous/<id>/        the version an update replaced (one), for rollback
     models/<id>/.source.json   where a pulled model came from
 """
@@ -25,7 +27,7 @@ from concurrent.futures import FIRST_EXCEPTION, wait
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..checks import invalid
 from ..errors import MnnEngineError
@@ -42,6 +44,7 @@ from ..hub.sources import (
     list_manifest,
     list_modelscope,
 )
+from ..runtime.adapter_files import ADAPTER_GRAPH
 from ..runtime.build import build_info
 from ..runtime.first_touch import check_in_child
 from ..runtime.model_files import CONFIG_NAME, model_files, validate_model_dir
@@ -153,6 +156,10 @@ def pull(store: PullTarget, spec: str, *, model_id: str | None = None, revision:
     if known is not None and store.exists(known) and not update:
         return store.get(known)  # nothing to do: --update fetches a newer revision
     listing = lister(revision, replace(DEFAULT_RETRY, stop=stop))
+    if _is_adapter(listing):
+        raise invalid("base", f"{listing.source}:{listing.repo} is a LoRA adapter export ({ADAPTER_GRAPH}, no "
+                              f"{CONFIG_NAME}): pull it over the model it was exported from (models pull SPEC "
+                              "--base MODEL_ID)")
     model_id = known or model_id_from_name(listing.model_id or "")
     if known is None and store.exists(model_id) and not update:
         return store.get(model_id)
@@ -175,6 +182,59 @@ def pull(store: PullTarget, spec: str, *, model_id: str | None = None, revision:
                                                     "pulled_at": time.time()}, indent=1))
         _activate(store, model_id, work)
     return store.get(model_id)
+
+
+def _is_adapter(listing: Listing) -> bool:
+    paths = {f.path for f in listing.files}
+    return ADAPTER_GRAPH in paths and CONFIG_NAME not in paths
+
+
+def pull_adapter(store: Any, spec: str, base: str, *, name: str | None = None, revision: str | None = None,
+                 source: str | None = None, update: bool = False, progress: Progress | None = None,
+                 workers: int = WORKERS, backoff: tuple[float, ...] = BACKOFF_S, policy: UrlPolicy = DEFAULT_POLICY,
+                 stop: threading.Event | None = None) -> Any:
+    """Pull a LoRA adapter export (a repository or manifest whose files hold
+    ``lora.mnn`` and no model config) over the stored model ``base``: fetched
+    as a model is (resumable, verified), then imported over it
+    (``ModelStore.import_adapter``, which checks it fits). ``name``: the
+    adapter's (default: the repository's name, slugged); an adapter already
+    stored is kept unless ``update``. ``store`` is a ``ModelStore``."""
+    stop = stop or threading.Event()
+    store.get(base)
+    spec, revision = split_revision(spec, revision)
+    lister, default_id = resolve_spec(spec, source, policy)
+    if name is not None:
+        check_model_id(name)
+    if name is not None and not update:
+        with contextlib.suppress(MnnEngineError):
+            return store.get_adapter(base, name)
+    listing = lister(revision, replace(DEFAULT_RETRY, stop=stop))
+    if not _is_adapter(listing):
+        raise MnnEngineError("invalid_model", f"{listing.source}:{listing.repo} is not a LoRA adapter export (no "
+                             f"{ADAPTER_GRAPH}, or a whole model): pull it without --base", param="model")
+    name = name or model_id_from_name(listing.model_id or default_id or listing.repo.rsplit("/", 1)[-1])
+    if not update:
+        with contextlib.suppress(MnnEngineError):
+            return store.get_adapter(base, name)
+    work = store.root / "downloads" / f"adapter-{check_model_id(base)}_{name}"
+    try:
+        lock = ModelLock(work.with_name(work.name + ".lock"), exclusive=True)
+    except OSError as exc:
+        raise MnnEngineError("pull_busy", f"another process is pulling the adapter {name!r}; wait for it",
+                             param="model") from exc
+    with lock:
+        _prepare(work, listing)
+        _check_space(work, listing)
+        _fetch_all(work, listing, progress, workers, backoff, stop)
+        shutil.rmtree(_partials(work), ignore_errors=True)
+        try:
+            info = store.import_adapter(work, base, name=name, replace=update)
+        except MnnEngineError as exc:
+            if exc.code == "invalid_model":  # verified bytes of an adapter that does not fit: nothing to resume
+                shutil.rmtree(work, ignore_errors=True)
+            raise
+        shutil.rmtree(work, ignore_errors=True)
+    return info
 
 
 def _partials(work: Path) -> Path:

@@ -211,3 +211,110 @@ def test_the_readme_adapter_lines_run_as_written(tmp_path):
         if server is not None:
             server.send_signal(signal.SIGTERM)
             assert server.wait(30) == 0
+
+
+def test_a_base_is_not_unloaded_under_a_leased_adapter(tmp_path):
+    from mnn_engine import ModelPool
+
+    store = ModelStore(tmp_path)
+    store.import_model(test_model_dir("tiny-scripted"), model_id="scripted")
+    store.import_model(test_model_dir("tiny"), model_id="tiny")
+    store.import_adapter(test_model_dir("tiny-scripted-lora"), "scripted", name="says")
+    pool = ModelPool(store, defaults={"threads": 1}, max_loaded=1, keep_alive=None)
+    try:
+        lease = pool.acquire("scripted_says")
+        with pytest.raises(MnnEngineError) as err:  # tiny needs scripted's room: scripted's adapter is leased
+            pool.acquire("tiny", timeout=0.3)
+        assert err.value.code == "busy"
+        pool.unload("scripted")  # asked while its adapter is leased: nothing goes under it
+        assert sorted(name for name, _ in pool.loaded_engines()) == ["scripted", "scripted_says"]
+        assert lease.engine.generate(CHAT, temperature=0).text == ADAPTER_TEXT
+        lease.release()
+        pool.acquire("tiny", timeout=30).release()
+        assert [name for name, _ in pool.loaded_engines()] == ["tiny"]
+    finally:
+        pool.close()
+
+
+def test_an_adapter_whose_base_is_gone_is_not_served(tmp_path):
+    from mnn_engine import ModelPool
+
+    store = ModelStore(tmp_path)
+    store.import_model(test_model_dir("tiny-scripted"), model_id="scripted")
+    store.import_adapter(test_model_dir("tiny-scripted-lora"), "scripted", name="says")
+    shutil.rmtree(store.path("scripted"))  # removed behind the store's back
+    pool = ModelPool(store, defaults={"threads": 1})
+    try:
+        assert [m["name"] for m in pool.models()] == []
+        with pytest.raises(MnnEngineError) as err:
+            pool.acquire(pool.resolve("scripted_says"))
+        assert err.value.code == "model_not_found"
+    finally:
+        pool.close()
+
+
+def test_one_engine_serves_a_stored_adapter_over_its_base(tmp_path):
+    from mnn_engine import Engine
+
+    store = ModelStore(tmp_path)
+    store.import_model(test_model_dir("tiny-scripted"), model_id="scripted")
+    store.import_adapter(test_model_dir("tiny-scripted-lora"), "scripted", name="says")
+    with Engine(store) as engine:
+        model = engine.load("scripted", adapter="says", threads=1)
+        assert model["id"] == "scripted_says" and model["base"] == "scripted" and model["adapter"] == "says"
+        assert engine.chat(CHAT, temperature=0).text == ADAPTER_TEXT
+        with pytest.raises(MnnEngineError) as err:  # loaded: neither it nor its base can go
+            store.delete_adapter("scripted", "says")
+        assert err.value.code == "model_in_use"
+        with pytest.raises(MnnEngineError):
+            store.delete("scripted", force=True)
+        engine.load("scripted", threads=1)  # the base alone again: the adapter is closed with its base
+        assert engine.chat(CHAT, temperature=0).text == SCRIPTED_TEXT
+    store.delete("scripted", force=True)
+
+
+@pytest.mark.slow
+def test_sigterm_while_an_adapter_is_made_exits_cleanly(tmp_path):
+    """SIGTERM lands while the pool makes an adapter over its loaded base (tried until /health shows that
+    load in progress: making the tiny adapter takes tens of milliseconds)."""
+    import http.client
+    import os
+    import signal
+    import threading
+
+    from live_server import free_port
+    from server.test_many_models import _health, _post
+
+    home = tmp_path / "home"
+    store = ModelStore(home)
+    store.import_model(test_model_dir("tiny-scripted"), model_id="scripted")
+    store.import_adapter(test_model_dir("tiny-scripted-lora"), "scripted", name="says")
+    port = free_port()
+    env = dict(os.environ, MNN_ENGINE_HOME=str(home))
+    proc = subprocess.Popen([sys.executable, "-m", "mnn_engine", "serve", "scripted", "--port", str(port),
+                             "--threads", "1"], env=env, stderr=subprocess.PIPE, text=True, cwd="/")
+    try:
+        while "mnn-engine: serving" not in (line := proc.stderr.readline()):
+            assert line or proc.poll() is None
+        for _ in range(50):
+            asking = threading.Thread(target=lambda: _post(port, {"model": "scripted_says", "messages": CHAT,
+                                                                  "max_tokens": 1}), daemon=True)
+            asking.start()
+            deadline = time.monotonic() + 10
+            while asking.is_alive() and time.monotonic() < deadline:
+                loading = _health(port)["models"]["loading"]
+                if loading and loading["model"] == "scripted_says":
+                    proc.send_signal(signal.SIGTERM)
+                    assert proc.wait(60) == 0
+                    rest = proc.stderr.read()
+                    assert "Traceback" not in rest and "server stopped" in rest
+                    return
+            asking.join(30)
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)  # Ollama's unload: made again next
+            conn.request("POST", "/api/generate", json.dumps({"model": "scripted_says", "keep_alive": 0}))
+            conn.getresponse().read()
+            conn.close()
+        pytest.fail("never saw the adapter's creation in progress on /health")
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -365,3 +365,22 @@ def test_chat_asks_before_pulling_on_a_terminal(hub, store):
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)
+
+
+# ---------------------------------------------------------------- LoRA adapters (issue 46)
+def test_an_adapter_export_is_pulled_over_its_base_and_a_model_pull_says_how(hub, store, model_repo):
+    store.import_model(test_model_dir("tiny-scripted"), model_id="scripted")
+    hub.hf["someone/Qwen3-tone-MNN"] = repo_from_dir(test_model_dir("tiny-scripted-lora"))
+    err = _code(lambda: store.pull("hf:someone/Qwen3-tone-MNN", **FAST))
+    assert err.code == "invalid_argument" and "--base" in err.message  # a model pull names the way
+    info = store.pull("hf:someone/Qwen3-tone-MNN", base="scripted", **FAST)
+    assert info.id == "scripted_qwen3-tone-mnn" and [a.id for a in store.adapters()] == [info.id]
+    assert not (store.root / "downloads" / "adapter-scripted_qwen3-tone-mnn").exists()
+    hub.served.clear()
+    assert store.pull("hf:someone/Qwen3-tone-MNN", base="scripted", **FAST).id == info.id and hub.served == {}
+    err = _code(lambda: store.pull("qwen3-0.6b", base="scripted", **FAST))  # a whole model is no adapter
+    assert err.code == "invalid_model" and "without --base" in err.message
+    store.import_model(test_model_dir("tiny"), model_id="tiny")
+    err = _code(lambda: store.pull("hf:someone/Qwen3-tone-MNN", base="tiny", model_id="x", **FAST))
+    assert err.code == "invalid_model" and "adapter" in err.message  # exported over another model
+    assert [a.id for a in store.adapters()] == [info.id]
