@@ -123,7 +123,7 @@ def test_store_rules_for_adapters(tmp_path):
 def test_the_cli_imports_lists_and_deletes_adapters(tmp_path):
     env = {"MNN_ENGINE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     run = lambda *args: subprocess.run([sys.executable, "-m", "mnn_engine", "models", *args], env=env,  # noqa: E731
-                                       capture_output=True, text=True, timeout=120)
+                                       capture_output=True, text=True, timeout=120, cwd="/")  # the installed package
     assert run("import", str(test_model_dir("tiny-scripted")), "--id", "scripted").returncode == 0
     done = run("import-adapter", str(test_model_dir("tiny-scripted-lora")), "--base", "scripted", "--id", "says")
     assert done.returncode == 0 and "scripted_says" in done.stdout
@@ -194,14 +194,14 @@ def test_the_readme_adapter_lines_run_as_written(tmp_path):
             if argv[:3] == ["python", "-m", "mnn_engine"]:
                 argv = [sys.executable, *argv[1:]]
             if argv[-1] == "serve":
-                server = subprocess.Popen([*argv, "--port", str(port), "--threads", "1"], env=env,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                server = subprocess.Popen([*argv, "--port", str(port), "--threads", "1"], env=env, cwd="/",
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 deadline = time.monotonic() + 60
                 while subprocess.run(["curl", "-sf", f"127.0.0.1:{port}/health"], capture_output=True).returncode:
                     assert time.monotonic() < deadline and server.poll() is None, "serve did not start"
                     time.sleep(0.1)
                 continue
-            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd="/")
             assert done.returncode == 0, (line, done.stderr)
             if argv[0] == "curl":
                 assert json.loads(done.stdout)["choices"][0]["message"]["content"] == ADAPTER_TEXT
