@@ -236,9 +236,24 @@ class ModelPool:
         slot = self._slot_for(name)
         if slot.base is not None:
             return self._acquire_adapter(slot, timeout)
-        self.roster.size(name)  # read now, not while _cond is held (the IOLoop's try_acquire takes it)
+        return self._load_with_room(slot, time.monotonic() + timeout, timeout)
+
+    def _acquire_adapter(self, slot: _Slot, timeout: float) -> Lease:
+        """A lease on an adapter: its base leased (loaded first if need be)
+        while the adapter is made over it, then the adapter's own lease."""
+        assert slot.base is not None
         deadline = time.monotonic() + timeout
-        if not self._load_lock.acquire(timeout=max(0.0, timeout)):
+        base = self.acquire(slot.base, timeout)
+        try:
+            return self._load_with_room(slot, deadline, timeout, base.engine)
+        finally:
+            base.release()
+
+    def _load_with_room(self, slot: _Slot, deadline: float, timeout: float,
+                        base_engine: Engine | None = None) -> Lease:
+        """Under the load lock: ``slot`` leased if a load beat us to it, else room made and ``slot`` loaded."""
+        self.roster.size(slot.name)  # read now, not while _cond is held (the IOLoop's try_acquire takes it)
+        if not self._load_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
             raise MnnEngineError("busy", f"waited {timeout:g} s for another model's load")
         try:
             if self._closed:
@@ -249,34 +264,9 @@ class ModelPool:
                 victims = self._make_room(slot, deadline)
             for victim in victims:
                 self._unload_slot(victim, "evicted")
-            return self._load(slot)
+            return self._load(slot, base_engine=base_engine)
         finally:
             self._load_lock.release()
-
-    def _acquire_adapter(self, slot: _Slot, timeout: float) -> Lease:
-        """A lease on an adapter: its base leased (loaded first if need be)
-        while the adapter is made over it, then the adapter's own lease."""
-        assert slot.base is not None
-        deadline = time.monotonic() + timeout
-        base = self.acquire(slot.base, timeout)
-        try:
-            self.roster.size(slot.name)
-            if not self._load_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                raise MnnEngineError("busy", f"waited {timeout:g} s for another model's load")
-            try:
-                if self._closed:
-                    raise MnnEngineError("server_stopping", "the server is stopping")
-                with self._cond:
-                    if slot.state == "loaded" and slot.engine is not None and slot.engine.loaded:
-                        return self._lease(slot)
-                    victims = self._make_room(slot, deadline)
-                for victim in victims:
-                    self._unload_slot(victim, "evicted")
-                return self._load(slot, base_engine=base.engine)
-            finally:
-                self._load_lock.release()
-        finally:
-            base.release()
 
     def _make_room(self, slot: _Slot, deadline: float) -> list[_Slot]:
         """The idle models to unload (least recently used first; a base's

@@ -23,11 +23,20 @@ ADAPTER_TEXT = "Hello! I am a test model."  # tools/models/build_test_models.py:
 CHAT = [{"role": "user", "content": "Who are you?"}]
 
 
+def _store(root, *, tiny: bool = False, adapter: str | None = "says") -> ModelStore:
+    """tiny-scripted as ``scripted`` with its scripted adapter as ``adapter`` (and tiny as ``tiny``)."""
+    store = ModelStore(root)
+    store.import_model(test_model_dir("tiny-scripted"), model_id="scripted")
+    if tiny:
+        store.import_model(test_model_dir("tiny"), model_id="tiny")
+    if adapter is not None:
+        store.import_adapter(test_model_dir("tiny-scripted-lora"), "scripted", name=adapter)
+    return store
+
+
 @pytest.fixture
 def served(tmp_path, monkeypatch):
-    store = ModelStore(tmp_path)
-    store.import_model(test_model_dir("tiny-scripted"), model_id="scripted")
-    store.import_adapter(test_model_dir("tiny-scripted-lora"), "scripted", name="says")
+    store = _store(tmp_path)
     monkeypatch.setattr(test_many_models, "_store", lambda root: store)  # the served store: this one
     server = Served(tmp_path, keep_alive=None)
     yield server
@@ -147,10 +156,7 @@ def test_an_adapter_directory_outside_the_store_is_copied_not_linked(tmp_path):
 
 
 def test_lru_under_max_loaded_counts_an_adapter_with_its_base(tmp_path, monkeypatch):
-    store = ModelStore(tmp_path)
-    store.import_model(test_model_dir("tiny-scripted"), model_id="scripted")
-    store.import_model(test_model_dir("tiny"), model_id="tiny")
-    store.import_adapter(test_model_dir("tiny-scripted-lora"), "scripted", name="says")
+    store = _store(tmp_path, tiny=True)
     monkeypatch.setattr(test_many_models, "_store", lambda root: store)
     served = Served(tmp_path, keep_alive=None, max_loaded=1)
     try:
@@ -216,10 +222,7 @@ def test_the_readme_adapter_lines_run_as_written(tmp_path):
 def test_a_base_is_not_unloaded_under_a_leased_adapter(tmp_path):
     from mnn_engine import ModelPool
 
-    store = ModelStore(tmp_path)
-    store.import_model(test_model_dir("tiny-scripted"), model_id="scripted")
-    store.import_model(test_model_dir("tiny"), model_id="tiny")
-    store.import_adapter(test_model_dir("tiny-scripted-lora"), "scripted", name="says")
+    store = _store(tmp_path, tiny=True)
     pool = ModelPool(store, defaults={"threads": 1}, max_loaded=1, keep_alive=None)
     try:
         lease = pool.acquire("scripted_says")
@@ -239,9 +242,7 @@ def test_a_base_is_not_unloaded_under_a_leased_adapter(tmp_path):
 def test_an_adapter_whose_base_is_gone_is_not_served(tmp_path):
     from mnn_engine import ModelPool
 
-    store = ModelStore(tmp_path)
-    store.import_model(test_model_dir("tiny-scripted"), model_id="scripted")
-    store.import_adapter(test_model_dir("tiny-scripted-lora"), "scripted", name="says")
+    store = _store(tmp_path)
     shutil.rmtree(store.path("scripted"))  # removed behind the store's back
     pool = ModelPool(store, defaults={"threads": 1})
     try:
@@ -256,9 +257,7 @@ def test_an_adapter_whose_base_is_gone_is_not_served(tmp_path):
 def test_one_engine_serves_a_stored_adapter_over_its_base(tmp_path):
     from mnn_engine import Engine
 
-    store = ModelStore(tmp_path)
-    store.import_model(test_model_dir("tiny-scripted"), model_id="scripted")
-    store.import_adapter(test_model_dir("tiny-scripted-lora"), "scripted", name="says")
+    store = _store(tmp_path)
     with Engine(store) as engine:
         model = engine.load("scripted", adapter="says", threads=1)
         assert model["id"] == "scripted_says" and model["base"] == "scripted" and model["adapter"] == "says"
@@ -286,9 +285,7 @@ def test_sigterm_while_an_adapter_is_made_exits_cleanly(tmp_path):
     from server.test_many_models import _health, _post
 
     home = tmp_path / "home"
-    store = ModelStore(home)
-    store.import_model(test_model_dir("tiny-scripted"), model_id="scripted")
-    store.import_adapter(test_model_dir("tiny-scripted-lora"), "scripted", name="says")
+    _store(home)
     port = free_port()
     env = dict(os.environ, MNN_ENGINE_HOME=str(home))
     proc = subprocess.Popen([sys.executable, "-m", "mnn_engine", "serve", "scripted", "--port", str(port),
