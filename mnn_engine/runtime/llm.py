@@ -368,7 +368,8 @@ class Llm:
         the export fixed: MNN has no runtime strength). Closing it leaves this
         model loaded; closing this model closes its adapters first.
         ``invalid_model`` (naming the adapter) for one that is damaged or was
-        exported over another model, checked before MNN reads it."""
+        exported over another model, checked before MNN reads it; ``busy``
+        while this model generates (MNN reads its module to make the adapter's)."""
         self.require_kind("chat")
         files = read_adapter_dir(adapter, self.model_files)
         handle = Llm(self.model_files, prompt_cache=self.prompt_cache, speculative=self.speculative,
@@ -376,7 +377,7 @@ class Llm:
         handle.base, handle.adapter = self, files
         # MNN joins the graph's name to the base's directory, as it joins every file the config names
         relative = os.path.relpath(files.graph, self.model_dir)
-        with self._state_lock, self._using() as core:
+        with self._state_lock, self._exclusive() as core:  # (``busy`` while this model generates)
             give_back_memory()
             before = rss_bytes()
             started = time.perf_counter()
