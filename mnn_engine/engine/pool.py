@@ -356,9 +356,10 @@ class ModelPool:
                 slot.keep_forever = False  # a request said how long: the preloaded model follows it too
             slot.expires = NEVER if keep_alive is None else slot.last_used + keep_alive
             base = self._slots.get(slot.base) if slot.base is not None else None
-            if base is not None and base.state == "loaded":  # the base lives at least as long as its adapter
-                base.last_used = slot.last_used
-                base.expires = max(base.expires, slot.expires)
+            if base is not None and base.state == "loaded":  # the base lives at least as long as its adapter,
+                base.last_used = slot.last_used  # unless its own unload was asked: then it goes once free
+                base.expires = min(base.expires, slot.last_used) if base.unload_pending else \
+                    max(base.expires, slot.expires)
             self._cond.notify_all()
 
     def preload(self, model: str, overrides: Mapping[str, Any] | None = None) -> str:

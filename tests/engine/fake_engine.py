@@ -5,8 +5,10 @@ It behaves as ``Engine`` does where the pool can tell: ``load`` resolves the tar
 (an unknown one is the store's ``not_found`` before anything happens), blocks its caller for the load,
 emits the same ``model`` events (``loading``, then ``loaded``, or ``unloaded`` with the error's code),
 and raises ``model_load_failed`` for a target named in ``failing``; ``unload`` and ``close`` emit
-``unloaded`` with their reason; ``llm`` is ``model_not_loaded`` with nothing loaded. tests/engine/
-test_pool_scheduling.py runs the same cases on it and on the real ``Engine``."""
+``unloaded`` with their reason; ``llm`` is ``model_not_loaded`` with nothing loaded; ``load_adapter``
+reads its base's ``llm`` (``model_not_loaded`` under an unloaded base) and the store's adapter
+(``model_not_found``) first, and its model is ``BASE_NAME``. tests/engine/test_pool_scheduling.py runs
+the same cases on it and on the real ``Engine``."""
 
 from __future__ import annotations
 
@@ -39,7 +41,11 @@ class FakeEngine:
     def llm(self) -> Any:
         if self._model is None:
             raise MnnEngineError("model_not_loaded", "no model is loaded")
-        return SimpleNamespace(context_length=DEFAULT_CONTEXT)
+        return SimpleNamespace(context_length=DEFAULT_CONTEXT, adapter_bytes=0)
+
+    @property
+    def active_model_id(self) -> str | None:
+        return self._model[0] if self._model is not None else None
 
     generating = False
     generation_cancelled = False
@@ -65,6 +71,17 @@ class FakeEngine:
             self._model = (model_id, str(path))
             self.loads += 1
             self.events.emit("model", "loaded", model_id=model_id)
+
+    def load_adapter(self, base: Any, adapter: str) -> None:
+        base.llm  # noqa: B018 - model_not_loaded under an unloaded base, as Engine.load_adapter
+        base_id = base.active_model_id
+        info = self.store.get_adapter(base_id, adapter)  # model_not_found before anything
+        with self._lock:
+            self.events.emit("model", "loading", model_id=info.id)
+            time.sleep(self.load_seconds)
+            self._model = (info.id, info.path)
+            self.loads += 1
+            self.events.emit("model", "loaded", model_id=info.id)
 
     def unload(self, reason: str = "unloaded") -> None:
         with self._lock:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from fake_engine import FakeEngine
+from support import test_model_dir
 
 from mnn_engine import MnnEngineError, ModelPool
 
@@ -110,3 +111,36 @@ def test_a_failed_load_is_the_acquirers_error_and_the_pool_goes_on(make_pool, st
     assert _loaded(pool) == []
     pool.acquire("scripted", timeout=5).release()
     assert _loaded(pool) == ["scripted"]
+
+
+def _with_adapter(store) -> None:
+    store.import_adapter(test_model_dir("tiny-scripted-lora"), "scripted", name="says")
+
+
+def test_an_adapter_loads_over_its_base_and_goes_before_it(make_pool, store):
+    _with_adapter(store)
+    pool = make_pool(max_loaded=1, keep_alive=None)
+    unloads = []
+    pool.events.subscribe(lambda e: e.kind == "model" and e.state == "unloaded" and unloads.append(e.data["model_id"]))
+    pool.acquire(pool.resolve("scripted_says")).release()  # the base loads beneath it: one model's weights
+    assert sorted(_loaded(pool)) == ["scripted", "scripted_says"]
+    pool.acquire("tiny").release()  # another model: the adapter, then its base, go
+    assert _loaded(pool) == ["tiny"] and unloads == ["scripted_says", "scripted"]
+
+
+def test_a_leased_adapter_holds_its_base(make_pool, store):
+    _with_adapter(store)
+    pool = make_pool(max_loaded=1, keep_alive=None)
+    lease = pool.acquire("scripted_says")
+    with pytest.raises(MnnEngineError) as err:
+        pool.acquire("tiny", timeout=0.3)
+    assert err.value.code == "busy"
+    pool.unload("scripted")  # asked while its adapter is leased: nothing goes under it
+    assert sorted(_loaded(pool)) == ["scripted", "scripted_says"]
+    lease.release()  # now free, the base goes as asked, its adapter first
+    deadline = time.monotonic() + 30
+    while _loaded(pool) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _loaded(pool) == []
+    pool.acquire("tiny", timeout=5).release()
+    assert _loaded(pool) == ["tiny"]
