@@ -143,22 +143,29 @@ from mnn_engine.notebook import chat_widget
 store = ModelStore()
 store.import_model({scripted!r}, model_id="scripted")
 store.import_model({tiny!r}, model_id="tiny")
+store.import_adapter({adapter!r}, "scripted", name="says")
 pool = ModelPool(store, defaults={{"threads": 1}}, max_loaded=1, keep_alive=None)
-chat = chat_widget(pool, "scripted", temperature=0)
+chat = chat_widget(pool, {model!r}, temperature=0)
 chat
 """
 
 
-def test_a_widget_on_a_store_answers_with_the_model_it_names(tmp_path, monkeypatch):
-    """The notebook helpers take a model name as the server does: the widget
-    leases it from a ModelPool for each answer, loading it when it is not."""
+@pytest.mark.parametrize("model, loaded", [("scripted", "['scripted']"),
+                                           ("scripted_says", "['scripted', 'scripted_says']")])
+def test_a_widget_on_a_store_answers_with_the_model_it_names(tmp_path, monkeypatch, model, loaded):
+    """The notebook helpers take a model name as the server does (a LoRA
+    adapter's ``BASE_NAME`` too): the widget leases it from a ModelPool for
+    each answer, loading it when it is not."""
     from support import SCRIPTED_TEXT
+
+    says = SCRIPTED_TEXT if model == "scripted" else "Hello! I am a test model."  # tiny-scripted-lora's script
 
     monkeypatch.setenv("MNN_ENGINE_HOME", str(tmp_path / "home"))
     manager, client = jupyter_client.manager.start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
     try:
         client.execute(POOL_SETUP.format(scripted=str(test_model_dir("tiny-scripted")),
-                                         tiny=str(test_model_dir("tiny"))))
+                                         tiny=str(test_model_dir("tiny")),
+                                         adapter=str(test_model_dir("tiny-scripted-lora")), model=model))
         ui = Frontend(client)
         ui.until(lambda: any(s.get("description") == "Send" for s in ui.models.values()), what="its buttons")
         prompt, send = ui.find("TextareaModel"), ui.find("ButtonModel", description="Send")
@@ -166,12 +173,12 @@ def test_a_widget_on_a_store_answers_with_the_model_it_names(tmp_path, monkeypat
         ui.type(prompt, "hi")
         ui.click(send)
         ui.until(lambda: "tokens," in ui.models[status]["value"], what="the answer's figures")
-        assert f"**assistant:** {SCRIPTED_TEXT}" in ui.shown(output)
+        assert f"**assistant:** {says}" in ui.shown(output)
         printed: list[str] = []
         reply = client.execute_interactive("print(sorted(n for n, _ in pool.loaded_engines()))", timeout=30,
                                            output_hook=lambda m: printed.append(m["content"].get("text", ""))
                                            if m["msg_type"] == "stream" else None)
-        assert reply["content"]["status"] == "ok" and "".join(printed).strip() == "['scripted']"
+        assert reply["content"]["status"] == "ok" and "".join(printed).strip() == loaded
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
