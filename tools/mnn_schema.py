@@ -61,6 +61,8 @@ def derive(schema_dir: Path) -> dict[str, object]:
         "op_main_type": slot(tables, unions, "Op", "main") - 1,
         "op_main": slot(tables, unions, "Op", "main"),
         "op_outputs": slot(tables, unions, "Op", "outputIndexes"),
+        "op_name": slot(tables, unions, "Op", "name"),
+        "conv_weight": slot(tables, unions, "Convolution2D", "weight"),
         "convolution2d": members.index("Convolution2D") + 1,
         "conv_common": slot(tables, unions, "Convolution2D", "common"),
         "common": [slot(tables, unions, "Convolution2DCommon", f)

@@ -8,6 +8,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from ..checks import invalid
 from ..engine.engine import model_options
 from ..engine.settings import LoadOptions
 from ..errors import MnnEngineError
@@ -167,8 +168,23 @@ def _models_rm(args: argparse.Namespace) -> int:
     return 0
 
 def _models_config(args: argparse.Namespace) -> int:
-    """Show or change the load options stored with a model (``models config ID --threads 4``)."""
+    """Show or change the load options stored with a model (``models config ID --threads 4``), or an
+    adapter's strength (``models config BASE_NAME --scale 0.5``)."""
     store = ModelStore()
+    adapter = _stored_adapter(store, args.id)
+    if adapter is not None:
+        if load_overrides(args) or args.reset:
+            raise invalid("id", f"an adapter loads with its base's options: set them on the base (models config "
+                                f"{adapter[0]} ...); an adapter takes --scale")
+        info = store.set_adapter_scale(*adapter, args.scale) if args.scale is not None \
+            else store.get_adapter(*adapter)
+        if args.json:
+            print_json(info.to_dict())
+        else:
+            print(f"{info.id}: adapter of {info.base}, scale {info.scale if info.scale is not None else 'unknown'}")
+        return 0
+    if args.scale is not None:
+        raise invalid("scale", "--scale is an adapter's (BASE_NAME)")
     store.get(args.id)
     options = {} if args.reset else store.model_options(args.id)
     changes = load_overrides(args)
@@ -242,6 +258,8 @@ def add_commands(commands: Any) -> None:
                 json_output=True)
     add_load_options(p)
     p.add_argument("--reset", action="store_true", help="forget the model's own options (before the ones given)")
+    p.add_argument("--scale", type=float, help="an adapter's strength (lora_alpha / r at export; 0: the base's "
+                   "own output): its factors are rescaled from the graph as exported")
 
     cache = commands.add_parser("cache", help="mmap and GPU caches").add_subparsers(
         dest="cache_command", required=True, metavar="ACTION")

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..checks import is_int, is_number
 from ..errors import MnnEngineError
-from .mnn_graph import GraphError, read_graph_file
+from .mnn_graph import GraphError, conv_weights, read_graph_file
 from .model_files import ModelDir
 
 #: the graph llmexport's split LoRA writes
@@ -67,9 +68,25 @@ class AdapterDir:
 
     @property
     def scale(self) -> float | None:
-        """``lora_alpha / r``, fixed when the adapter was exported (MNN has no runtime scale)."""
+        """``lora_alpha / r`` as the graph holds it now (MNN has no runtime scale: the store
+        rescales the graph, ``ModelStore.set_adapter_scale``)."""
         scale = self.manifest.get("scale")
         return float(scale) if is_number(scale) else None
+
+
+def rescaled_graph(data: bytes, factor: float) -> bytes:
+    """An adapter graph with its strength multiplied by ``factor``: every
+    ``B`` factor (llmexport's ``<layer><projection>_B`` convolutions, which
+    carry the export's ``lora_alpha / r``) scaled in place, nothing else
+    touched. ``GraphError`` when the graph holds no such factor."""
+    found = conv_weights(data, "_B")
+    if not found:
+        raise GraphError("it holds no LoRA factors (no <layer><projection>_B convolution)")
+    out = bytearray(data)
+    for start, count in found:
+        weights = struct.unpack_from(f"<{count}f", out, start)
+        struct.pack_into(f"<{count}f", out, start, *(w * factor for w in weights))
+    return bytes(out)
 
 
 def _manifest(path: Path) -> dict[str, Any]:

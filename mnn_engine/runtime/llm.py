@@ -364,8 +364,9 @@ class Llm:
         shares them: the adapter costs its factors and a KV cache of its own,
         not a second model). It generates, scores and tokenizes as this model
         does, with its own prompt cache; ``base`` is this model and
-        ``adapter`` what was read of the adapter (its rank and scale, which
-        the export fixed: MNN has no runtime strength). Closing it leaves this
+        ``adapter`` what was read of the adapter (its rank and scale: MNN has
+        no runtime strength, ``ModelStore.set_adapter_scale`` rescales the
+        graph). Closing it leaves this
         model loaded; closing this model closes its adapters first.
         ``invalid_model`` (naming the adapter) for one that is damaged or was
         exported over another model, checked before MNN reads it; ``busy``

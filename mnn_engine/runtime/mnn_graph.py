@@ -26,6 +26,7 @@ SUBGRAPH_NODES = 4
 OP_INPUTS = 0
 OP_MAIN_TYPE = 1
 OP_MAIN = 2
+OP_NAME = 3
 OP_OUTPUTS = 4
 #: OpParameter member number -> slot of its ``external: [int64]`` field
 #: (Blob, Convolution2D, Scale, Convolution3D, LayerNorm, GroupNorm).
@@ -34,6 +35,8 @@ EXTERNAL_SLOTS = {7: 9, 9: 6, 58: 3, 80: 3, 88: 5, 95: 6}
 #: slot, and Convolution2DCommon's kernelX, kernelY, group, outputCount, inputCount slots
 CONVOLUTION2D = 9
 CONV_COMMON = 0
+#: Convolution2D's ``weight: [float]`` slot (weights held in the graph itself, as a LoRA's factors are)
+CONV_WEIGHT = 1
 COMMON_KERNEL_X, COMMON_KERNEL_Y, COMMON_GROUP, COMMON_OUTPUT_COUNT, COMMON_INPUT_COUNT = 2, 3, 9, 10, 11
 
 MAX_OPS = 10_000_000
@@ -181,6 +184,28 @@ def _conv_parameters(conv: _Table) -> int:
 
 def read_graph_file(path: Path) -> GraphSummary:
     return read_graph(path.read_bytes())
+
+
+def conv_weights(data: bytes, suffix: str) -> list[tuple[int, int]]:
+    """(byte offset, count) of the float weights held in the graph by every
+    convolution whose name ends with ``suffix`` (llmexport's LoRA ops:
+    ``<layer><projection>_B``); raises GraphError when the file is damaged."""
+    reader = _Reader(data)
+    if reader.size < 8:
+        raise GraphError(f"the file is too short ({reader.size} bytes)")
+    net = reader.table(reader.u32(0))
+    found = []
+    for op in net.tables(NET_OPLISTS):
+        name_at = op.field(OP_NAME)
+        if name_at is None or op.ubyte(OP_MAIN_TYPE) != CONVOLUTION2D:
+            continue
+        begin, size = reader.vector(name_at + reader.u32(name_at), 1)
+        main = op.table(OP_MAIN)
+        if main is not None and data[begin:begin + size].decode("utf-8", "replace").endswith(suffix):
+            start, count = main.vector(CONV_WEIGHT, 4)
+            if count:
+                found.append((start, count))
+    return found
 
 
 def read_output_names(data: bytes) -> list[str]:

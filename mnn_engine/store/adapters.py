@@ -1,6 +1,7 @@
 """LoRA adapters in the store, each under the model it was exported over::
 
-    adapters/<base>/<name>/   lora.mnn, adapter.json (its record), adapter_config.json (peft's, if given)
+    adapters/<base>/<name>/   lora.mnn, adapter.json (its record), adapter_config.json (peft's, if given),
+                              lora.export.mnn (the graph as exported, once its scale was changed)
     adapters/<base>/.import-* an import in progress (never listed)
     locks/<base>_<name>.lock  the adapter's lock (shared while loaded, exclusive while changed)
 
@@ -33,15 +34,27 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checks import invalid
+from ..checks import invalid, number
 from ..errors import MnnEngineError
-from ..runtime.adapter_files import ADAPTER_GRAPH, ADAPTER_MANIFEST, PEFT_CONFIG, AdapterDir, read_adapter_dir
+from ..runtime.adapter_files import (
+    ADAPTER_GRAPH,
+    ADAPTER_MANIFEST,
+    PEFT_CONFIG,
+    AdapterDir,
+    read_adapter_dir,
+    rescaled_graph,
+)
+from ..runtime.mnn_graph import GraphError
 from ..runtime.model_files import ModelDir
 from .layout import ModelLock, check_model_id, model_id_from_name
 
 SEPARATOR = "_"
 ADAPTERS_DIR = "adapters"
 _IMPORT_PREFIX = ".import-"
+#: the graph as exported, kept beside a rescaled lora.mnn (every scale is made from it, 0 included)
+EXPORTED_GRAPH = "lora.export.mnn"
+#: the strengths ``models config BASE_NAME --scale`` takes (0: the base's own output)
+MAX_SCALE = 100.0
 
 
 @dataclass(frozen=True)
@@ -197,7 +210,8 @@ class AdapterShelf:
                 if (reading.path / PEFT_CONFIG).is_file():
                     shutil.copyfile(reading.path / PEFT_CONFIG, staging / PEFT_CONFIG)
                 record = {**reading.manifest, "base": base, "imported": time.time(), "source": str(reading.path),
-                          "rank": reading.rank, "scale": reading.scale, "factor_weights": reading.parameters}
+                          "rank": reading.rank, "scale": reading.scale, "export_scale": reading.scale,
+                          "factor_weights": reading.parameters}
                 (staging / ADAPTER_MANIFEST).write_text(json.dumps(record, indent=2) + "\n")
                 if final.exists():
                     trash = final.parent / f".trash-{new}-{uuid.uuid4().hex[:8]}"
@@ -210,6 +224,37 @@ class AdapterShelf:
                 if staging.exists():
                     shutil.rmtree(staging, ignore_errors=True)
         return self._adapter_info(base, final)
+
+    def set_adapter_scale(self, base: str, name: str, scale: float) -> AdapterInfo:
+        """Set an adapter's strength (``lora_alpha / r`` at export: 0 gives the
+        base's own output, 2x the export's doubles the adapter's term). The
+        factors live inside the graph, so its ``B`` factors are rescaled from
+        the graph as exported (kept as ``lora.export.mnn``); MNN has no
+        runtime scale. Refused while the adapter is loaded, and for an adapter
+        whose export scale is not recorded (peft's adapter_config.json or
+        adapter.json says it)."""
+        number(scale, "scale", low=0, high=MAX_SCALE)
+        self.get_adapter(base, name)
+        with self._changing_adapter(base, name, "rescale"):
+            path = self.adapter_path(base, name)
+            record = json.loads((path / ADAPTER_MANIFEST).read_text(encoding="utf-8"))
+            exported = record.get("export_scale", record.get("scale"))
+            if not isinstance(exported, (int, float)) or isinstance(exported, bool) or exported <= 0:
+                raise invalid("scale", f"{adapter_id(base, name)!r} does not record the scale it was exported with "
+                                       "(lora_alpha / r): import it with peft's adapter_config.json beside lora.mnn")
+            original = path / EXPORTED_GRAPH
+            if not original.is_file():
+                shutil.copyfile(path / ADAPTER_GRAPH, original)
+            try:
+                data = rescaled_graph(original.read_bytes(), float(scale) / float(exported))
+            except GraphError as exc:
+                raise MnnEngineError("invalid_model", f"adapter {path}: {exc}", param="adapter") from exc
+            staged = path / f".{ADAPTER_GRAPH}.{uuid.uuid4().hex[:8]}"
+            staged.write_bytes(data)
+            staged.replace(path / ADAPTER_GRAPH)
+            record.update(scale=float(scale), export_scale=float(exported))
+            (path / ADAPTER_MANIFEST).write_text(json.dumps(record, indent=2) + "\n")
+        return self._adapter_info(base, path)
 
     def delete_adapter(self, base: str, name: str) -> None:
         self.get_adapter(base, name)

@@ -106,3 +106,52 @@ def test_an_adapter_records_its_base(int8_base):
     adapter = int8_base.with_adapter(test_model_dir("tiny-int8-lora-a"))
     assert adapter.adapter is not None and adapter.adapter.scale == 2.0 and adapter.base is int8_base
     adapter.close()
+
+
+def test_an_adapters_scale_is_its_strength_and_zero_is_the_base(tmp_path, int8_base):
+    """``set_adapter_scale`` rescales the B factors in the graph from the exported one: 0 gives the base's own
+    log-probabilities, half the export's halves every B factor (the factors peft's export at half lora_alpha
+    has) and answers as peft's merged model at that strength does, and back to the export's scale gives the
+    exported graph's bytes."""
+    import struct
+
+    from mnn_engine import ModelStore
+    from mnn_engine.runtime.mnn_graph import conv_weights
+
+    store = ModelStore(tmp_path)
+    store.import_model(test_model_dir("tiny-int8"), model_id="base")
+    store.import_adapter(test_model_dir("tiny-int8-lora-a"), "base", name="a")
+    exported = (store.adapter_path("base", "a") / "lora.mnn").read_bytes()
+    base = _logprobs(int8_base)
+
+    def moved(scale: float) -> float:
+        info = store.set_adapter_scale("base", "a", scale)
+        assert info.scale == scale
+        adapter = int8_base.with_adapter(store.adapter_path("base", "a"))
+        try:
+            return max(abs(a - b) for a, b in zip(_logprobs(adapter), base, strict=True))
+        finally:
+            adapter.close()
+
+    assert moved(0.0) < 1e-5  # the adapter's term is gone: the base's output
+    half = moved(1.0)  # the export's scale is 2 (alpha 16 / r 8)
+    graph = (store.adapter_path("base", "a") / "lora.mnn").read_bytes()
+    for (start, count), (start_0, count_0) in zip(conv_weights(graph, "_B"), conv_weights(exported, "_B"),
+                                                  strict=True):
+        assert count == count_0 and struct.unpack_from(f"<{count}f", graph, start) == tuple(
+            w / 2 for w in struct.unpack_from(f"<{count}f", exported, start_0))  # exactly half: a power of two
+    assert half > 10 * TOLERANCE
+    # half the strength is peft's own adapter at lora_alpha 8: its export's factors, and its merged model's output
+    halved = (test_model_dir("tiny-int8-lora-a-half") / "lora.mnn").read_bytes()
+    assert [struct.unpack_from(f"<{c}f", graph, s) for s, c in conv_weights(graph, "_B")] == \
+        [struct.unpack_from(f"<{c}f", halved, s) for s, c in conv_weights(halved, "_B")]
+    adapter = int8_base.with_adapter(store.adapter_path("base", "a"))
+    with Llm(test_model_dir("tiny-int8-merged-a-half"), thread_num=1, precision="high") as merged:
+        off = max(abs(a - b) for a, b in zip(_logprobs(adapter), _logprobs(merged), strict=True))
+    adapter.close()
+    assert off <= TOLERANCE, f"the adapter at half its scale vs peft's merge at lora_alpha 8: {off:.3f} nats"
+    moved(2.0)
+    assert (store.adapter_path("base", "a") / "lora.mnn").read_bytes() == exported
+    with pytest.raises(MnnEngineError) as err:
+        store.set_adapter_scale("base", "a", -1)
+    assert err.value.code == "invalid_argument"

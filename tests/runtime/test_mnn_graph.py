@@ -40,6 +40,7 @@ def test_slots_match_mnn_schema():
                                  mnn_graph.COMMON_OUTPUT_COUNT, mnn_graph.COMMON_INPUT_COUNT]
     assert (derived["op_inputs"], derived["op_main_type"], derived["op_main"], derived["op_outputs"]) == (
         mnn_graph.OP_INPUTS, mnn_graph.OP_MAIN_TYPE, mnn_graph.OP_MAIN, mnn_graph.OP_OUTPUTS)
+    assert (derived["op_name"], derived["conv_weight"]) == (mnn_graph.OP_NAME, mnn_graph.CONV_WEIGHT)
 
 
 GRAPH = (test_model_dir("tiny") / "llm.mnn").read_bytes() if test_model_dir("tiny").is_dir() else b""

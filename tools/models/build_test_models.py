@@ -32,6 +32,8 @@ each a directory with lora.mnn, peft's adapter_config.json and adapter.json (its
   tiny-lora-a, tiny-lora-b   random adapters (rank 8 on every projection) for the tiny model
   tiny-int8-lora-a           the first, exported over tiny-int8; tiny-int8-merged-a is peft's
                              merge_and_unload() of the same base and adapter, exported as a model
+  tiny-int8-lora-a-half      the same factors at half the strength (lora_alpha 8), and its merged model
+                             tiny-int8-merged-a-half
   tiny-scripted-lora         over tiny-scripted: greedy output is exactly ADAPTER_TEXT instead
   qwen3-0.6b-shape-lora      a random adapter for the big shape (--big: memory measurements)
 """
@@ -75,10 +77,12 @@ ADAPTERS = {
     "tiny-lora-a": ("tiny", ["--seed", "1"]),
     "tiny-lora-b": ("tiny", ["--seed", "2"]),
     "tiny-int8-lora-a": ("tiny-int8", ["--seed", "1"]),
+    # the same factors at half the strength (lora_alpha 8, not 16): what models config --scale 1 must give
+    "tiny-int8-lora-a-half": ("tiny-int8", ["--seed", "1", "--alpha", "8"]),
     "tiny-scripted-lora": ("tiny-scripted", ["--script", ADAPTER_TEXT, "--script-base", SCRIPTED_TEXT]),
     "qwen3-0.6b-shape-lora": ("qwen3-0.6b-shape", ["--seed", "1"]),  # --big: what an adapter costs at scale
 }
-MERGED = {"tiny-int8-merged-a": "tiny-int8-lora-a"}
+MERGED = {"tiny-int8-merged-a": "tiny-int8-lora-a", "tiny-int8-merged-a-half": "tiny-int8-lora-a-half"}
 BIG_MODELS = ["qwen3-0.6b-shape", "qwen3-0.6b-shape-lora"]
 DEFAULT_MODELS = ["tiny", "tiny-scripted", "tiny-toolcall", "tiny-thinking", "tiny-embedding", "tiny-vision",
                   "tiny-audio", "smollm2-135m", "tiny-int8", *(a for a in ADAPTERS if a not in BIG_MODELS), *MERGED]
