@@ -138,6 +138,9 @@ def test_the_cli_imports_lists_and_deletes_adapters(tmp_path):
     assert done.returncode == 0 and "scripted_says" in done.stdout
     listing = run("list").stdout
     assert "scripted_says" in listing and "adapter of scripted" in listing
+    scaled = run("config", "scripted_says", "--scale", "0.5")
+    assert scaled.returncode == 0 and "scale 0.5" in scaled.stdout
+    assert run("config", "scripted_says", "--threads", "2").returncode != 0  # a base's option, not an adapter's
     refused = run("rm", "scripted")
     assert refused.returncode != 0 and "--force" in refused.stderr
     assert run("rm", "scripted_says").returncode == 0
