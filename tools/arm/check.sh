@@ -73,7 +73,8 @@ step "the checkout and the test models into the root"
 rm -rf "$CHROOT/work/mnn-engine-$MODE"
 mkdir -p "$CHROOT/work/mnn-engine-$MODE" "$CHROOT/models"
 git ls-files -co --exclude-standard -z | tar --null -T - -c | tar -x -C "$CHROOT/work/mnn-engine-$MODE"
-for model in tiny tiny-scripted tiny-toolcall tiny-thinking tiny-embedding smollm2-135m; do
+for model in tiny tiny-scripted tiny-toolcall tiny-thinking tiny-embedding smollm2-135m tiny-int8 tiny-scripted-lora \
+  tiny-lora-a tiny-lora-b tiny-int8-lora-a tiny-int8-merged-a tiny-int8-lora-a-half tiny-int8-merged-a-half; do
   [ -d "$CHROOT/models/$model" ] || cp -r "$MODELS/$model" "$CHROOT/models/"
 done
 in_root /bin/sh -c "test -x $VENV/bin/python || python3 -m venv $VENV"
