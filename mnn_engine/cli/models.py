@@ -11,7 +11,6 @@ from typing import Any
 from ..checks import invalid
 from ..engine.engine import model_options
 from ..engine.settings import LoadOptions
-from ..errors import MnnEngineError
 from ..hub import catalog
 from ..runtime.build import build_info
 from ..store.adapters import AdapterInfo, split_adapter_id
@@ -134,20 +133,9 @@ def _models_rollback(args: argparse.Namespace) -> int:
     print(f"{info.id} is back at revision {((info.source or {}).get('commit') or '-')[:12]}")
     return 0
 
-def _stored_adapter(store: ModelStore, name: str) -> tuple[str, str] | None:
-    """(base, adapter) when ``name`` is a stored adapter's served name (``BASE_NAME``)."""
-    pair = split_adapter_id(name)
-    if pair is None:
-        return None
-    try:
-        store.get_adapter(*pair)
-    except MnnEngineError:
-        return None
-    return pair
-
 def _models_rename(args: argparse.Namespace) -> int:
     store = ModelStore()
-    adapter = _stored_adapter(store, args.old)
+    adapter = store.find_adapter(args.old)
     if adapter is not None:  # an adapter: a new name over the same base (BASE_NEW, or NEW)
         new = split_adapter_id(args.new)
         renamed = store.rename_adapter(*adapter, new[1] if new and new[0] == adapter[0] else args.new)
@@ -159,7 +147,7 @@ def _models_rename(args: argparse.Namespace) -> int:
 
 def _models_rm(args: argparse.Namespace) -> int:
     store = ModelStore()
-    adapter = _stored_adapter(store, args.id)
+    adapter = store.find_adapter(args.id)
     if adapter is not None:
         store.delete_adapter(*adapter)
     else:
@@ -171,7 +159,7 @@ def _models_config(args: argparse.Namespace) -> int:
     """Show or change the load options stored with a model (``models config ID --threads 4``), or an
     adapter's strength (``models config BASE_NAME --scale 0.5``)."""
     store = ModelStore()
-    adapter = _stored_adapter(store, args.id)
+    adapter = store.find_adapter(args.id)
     if adapter is not None:
         if load_overrides(args) or args.reset:
             raise invalid("id", f"an adapter loads with its base's options: set them on the base (models config "

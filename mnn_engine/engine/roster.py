@@ -69,13 +69,8 @@ class ModelRoster:
 
     def adapter_of(self, name: str) -> tuple[str, str] | None:
         """(base, adapter) when ``name`` is a stored adapter's served name, else None."""
-        pair = split_adapter_id(name)
-        if pair is None or adapter_id(*pair) != name:
-            return None
-        with contextlib.suppress(MnnEngineError):
-            self.store.get_adapter(*pair)
-            return pair
-        return None
+        pair = self.store.find_adapter(name)
+        return pair if pair is not None and adapter_id(*pair) == name else None  # a served name: exactly it
 
     def target(self, name: str) -> tuple[str | None, str]:
         """What ``Engine.load`` takes for ``name``: (its store ID or None, the ID or its directory)."""

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checks import invalid, number
+from ..checks import invalid, is_int, is_number, number
 from ..errors import MnnEngineError
 from ..runtime.adapter_files import (
     ADAPTER_GRAPH,
@@ -129,6 +129,18 @@ class AdapterShelf:
                         out.append(self._adapter_info(base_id, path))
         return out
 
+    def find_adapter(self, served: str) -> tuple[str, str] | None:
+        """(base, adapter) when ``served`` names a stored adapter (``BASE_NAME``, both slugged as store IDs
+        are), else None."""
+        pair = split_adapter_id(served)
+        if pair is None:
+            return None
+        try:
+            self.get_adapter(*pair)
+        except MnnEngineError:
+            return None
+        return pair
+
     def get_adapter(self, base: str, name: str) -> AdapterInfo:
         path = self.adapter_path(base, name)
         if not (path / ADAPTER_GRAPH).is_file():
@@ -143,9 +155,8 @@ class AdapterShelf:
             record = loaded if isinstance(loaded, dict) else {}
         size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
         rank, scale = record.get("rank"), record.get("scale")
-        return AdapterInfo(base, path.name, str(path), size, path.stat().st_mtime,
-                           rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
-                           float(scale) if isinstance(scale, (int, float)) and not isinstance(scale, bool) else None)
+        return AdapterInfo(base, path.name, str(path), size, path.stat().st_mtime, rank if is_int(rank) else None,
+                           float(scale) if is_number(scale) else None)
 
     def read_adapter(self, base: str, name: str) -> AdapterDir:
         """A stored adapter, read and checked against its stored base (for a load)."""
@@ -239,7 +250,7 @@ class AdapterShelf:
             path = self.adapter_path(base, name)
             record = json.loads((path / ADAPTER_MANIFEST).read_text(encoding="utf-8"))
             exported = record.get("export_scale", record.get("scale"))
-            if not isinstance(exported, (int, float)) or isinstance(exported, bool) or exported <= 0:
+            if not is_number(exported) or exported <= 0:
                 raise invalid("scale", f"{adapter_id(base, name)!r} does not record the scale it was exported with "
                                        "(lora_alpha / r): import it with peft's adapter_config.json beside lora.mnn")
             original = path / EXPORTED_GRAPH

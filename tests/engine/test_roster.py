@@ -59,5 +59,6 @@ def test_facts_are_read_once_and_again_after_the_model_was_replaced(store, monke
 
 def test_a_size_not_readable_now_is_asked_again(store):
     roster = ModelRoster(store)
-    assert roster.size("gone") == 0  # no such model: its load will say so
-    assert roster.size("tiny") > 0
+    assert roster.size("late") == 0  # no such model yet: its load will say so, and 0 is not kept
+    store.import_model(test_model_dir("tiny"), model_id="late")
+    assert roster.size("late") == store.get("late").size_bytes > 0
