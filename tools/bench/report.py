@@ -398,6 +398,29 @@ def patch_cost_section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def one_row_kernels_section(data: dict[str, Any]) -> list[str]:
+    lines = ["## A lone row's float GEMM, in batch order or not (`tools/bench/one_row_kernels.py`)", "",
+             "MNN's one-row kernels (decode attention's float matmuls) compiled from our patched tree and run on "
+             "decode attention's shapes (a 128-wide head against 64 to 1,024 cached tokens, both ways): "
+             "**inexact** is MNN 3.6.1's own (another summation order than its kernels for more rows), **exact** "
+             "patch 0002's (in order, a batch row's bits: checked here against the 2-row tile), **padded** the "
+             "2-row tile run on the row twice. Here: nanoseconds per 16 products on this CPU, the median over "
+             "the shapes. llvm-mca: cycles per 16 products of each kernel's hot loop in LLVM's scheduling model "
+             "of a CPU this machine is not (data in L1, no memory stalls: an upper bound on the difference).",
+             "", "| family | kernel | batch bits | ns / 16 products here | llvm-mca cycles / 16 products |",
+             "|---|---|---|---|---|"]
+    for family, result in data["families"].items():
+        kernels = dict.fromkeys(r["kernel"] for r in result["measured"])
+        for kernel in kernels:
+            rows = [r for r in result["measured"] if r["kernel"] == kernel]
+            modelled = result["llvm_mca_cycles_per_16_products"].get(kernel, {})
+            mca = ", ".join(f"{cpu} {cycles:.2f}" for cpu, cycles in modelled.items()) or "-"
+            lines.append(f"| {family} | {kernel} | {'yes' if all(r['batch_bits'] for r in rows) else 'no'} | "
+                         f"{statistics.median([r['ns_per_16_products'] for r in rows]):.3f} | {mca} |")
+    lines += ["", f"llvm-mca: {data.get('llvm_mca') or 'not installed'}."]
+    return lines
+
+
 def quality_section(data: dict[str, Any]) -> list[str]:
     lines = ["## Quality of the exports (`tools/bench/quality.py`)", "",
              "SmolLM2-135M-Instruct. The reference is the checkpoint the test model is exported from (its Q4_1 "
@@ -624,6 +647,7 @@ def main() -> None:
                 ("conversation", conversation_section), ("cache_exactness", cache_exactness_section),
                 ("threads", threads_section), ("structured", structured_section),
                 ("speculative", speculative_section), ("patch_cost", patch_cost_section),
+                ("one_row_kernels", one_row_kernels_section),
                 ("prefill_chunk", prefill_chunk_section), ("arm_memory", arm_memory_section),
                 ("agent_apis", agent_apis_section), ("quality", quality_section)]
     machine = None
