@@ -15,7 +15,6 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from support import REPO
@@ -31,13 +30,9 @@ pytestmark = [
 ]
 
 
-def _cpu_has(flag: str) -> bool:
-    return flag in Path("/proc/cpuinfo").read_text()
-
-
 @pytest.mark.parametrize("family", ["avx2", "avx512"])
 def test_exact_one_row_kernels_give_the_batch_rows_bits(family, tmp_path):
-    if not _cpu_has({"avx2": "avx2", "avx512": "avx512bw"}[family]):
+    if not one_row_kernels.runs_here(family):
         pytest.skip(f"this CPU cannot run the {family} kernels")
     probe = one_row_kernels.compile_probe(MNN_TREE, family, tmp_path)
     rows = [json.loads(line) for line in subprocess.run([str(probe)], capture_output=True, text=True,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What batch-exactness costs a lone row on x86: MNN's one-row float GEMM kernels, timed and modelled.
 
-Usage: python tools/bench/one_row_kernels.py [--mnn DIR] [--cpus skylake-avx512 icelake-server ...]
+Usage: python tools/bench/one_row_kernels.py [--mnn DIR] [--runs 5]
 
 A decode step multiplies one query row by the KV cache (attention's float
 matmuls, ``MNNPackedMatMulRemain`` with one row). MNN 3.6.1's one-row paths sum
@@ -37,6 +37,14 @@ FLAGS = {  # kernel family -> (the probe's switch, the flags MNN compiles that f
 # llvm-mca scheduling models (LLVM 14 has no Zen 4 model: znver3 is the nearest AMD one, without AVX-512)
 CPUS = {"avx512": ["skylake-avx512", "icelake-server"], "avx2": ["haswell", "skylake", "icelake-server", "znver3"]}
 WIDTH = {"zmm": 16, "ymm": 8, "xmm": 4}  # products per FMA
+NEEDS = {"avx512": "avx512bw", "avx2": "avx2"}  # the /proc/cpuinfo flag a family's probe needs to run
+
+
+def runs_here(family: str) -> bool:
+    """Whether this CPU can run ``family``'s probe (its llvm-mca models need no such CPU)."""
+    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("flags")), [])
+    return NEEDS[family] in flags
 
 
 def compile_probe(mnn: Path, family: str, out: Path, asm: bool = False) -> Path:
@@ -105,7 +113,7 @@ def main() -> None:
     mca_found = shutil.which("llvm-mca") is not None
     families = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for family in FLAGS:
+        for family in filter(runs_here, FLAGS):
             probe = compile_probe(args.mnn, family, Path(tmp))
             runs = [[json.loads(line) for line in subprocess.run([str(probe)], capture_output=True, text=True,
                                                                    check=True).stdout.splitlines()]
