@@ -71,7 +71,8 @@ def bench(model: str | os.PathLike[str], options: LoadOptions, *, prompt_len: in
     files = store.model_dir(path)
     cache = store.prepared_cache(model_id, files)
     started = time.perf_counter()
-    llm = Llm(files, prompt_cache=False, **options.mnn_config(cache),  # every run prefills the whole prompt
+    # every run prefills the whole prompt
+    llm = Llm(files, **replace(options, prompt_cache=False).llm_arguments(cache),
               max_all_tokens=max(2048, prompt_len + gen + 8)).load()
     total_load = time.perf_counter() - started
     try:
@@ -98,6 +99,9 @@ def bench(model: str | os.PathLike[str], options: LoadOptions, *, prompt_len: in
             "prompt_len": prompt_len,
             "gen": gen,
             "runs": runs,
+            # what decode ran: "ngram" (drafts verified in one forward; the benchmark text repeats, so
+            # drafts are often accepted and decode reads faster than an open-ended answer's) or "off"
+            "speculative": llm.speculative_default,
             "load_seconds": llm.load_seconds,
             "warmup_seconds": llm.warmup_seconds,
             "total_load_seconds": total_load,
@@ -177,7 +181,8 @@ def format_report(report: dict[str, Any]) -> str:
         f"peak RSS {report['peak_rss_mib']:.0f} MiB",
         f"{'':<24}{'p50':>10}{'p90':>10}{'p99':>10}",
     ]
-    names = {"prefill_tokens_per_second": "prefill tok/s", "decode_tokens_per_second": "decode tok/s",
+    decode = "decode tok/s" + (" (speculative)" if report["speculative"] != "off" else "")
+    names = {"prefill_tokens_per_second": "prefill tok/s", "decode_tokens_per_second": decode,
              "time_to_first_token_ms": "time to first token ms"}
     for metric, label in names.items():
         s = report["stats"][metric]

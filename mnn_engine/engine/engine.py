@@ -244,8 +244,7 @@ class Engine:
             try:
                 files = self.store.model_dir(path)
                 cache_dir = self.store.prepared_cache(model_id, files)
-                llm = Llm(files, prompt_cache=opts.prompt_cache, speculative=opts.speculative,
-                          draft_tokens=opts.draft_tokens, **opts.mnn_config(cache_dir))
+                llm = Llm(files, **opts.llm_arguments(cache_dir))
                 llm.load()  # includes the warm-up forward
                 if adapter is not None:
                     base_llm, llm = llm, None

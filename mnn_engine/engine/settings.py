@@ -92,6 +92,12 @@ class LoadOptions:
             config["memory"] = self.memory
         return config
 
+    def llm_arguments(self, cache_dir: Path) -> dict[str, Any]:
+        """``Llm``'s keyword arguments for these options: the prompt cache, speculation and the MNN
+        config keys (``mnn_config``). Every load builds its ``Llm`` from these, so none drops an option."""
+        return {"prompt_cache": self.prompt_cache, "speculative": self.speculative,
+                "draft_tokens": self.draft_tokens, **self.mnn_config(cache_dir)}
+
     def updated(self, overrides: Mapping[str, Any]) -> LoadOptions:
         """These options with ``overrides`` (field names) over them, checked:
         ``invalid_argument`` for an unknown name or a bad value."""

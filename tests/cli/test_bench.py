@@ -10,10 +10,18 @@ from dataclasses import asdict
 
 from hypothesis import given
 from hypothesis import strategies as st
-from support import test_model_dir
+from support import MNN_BATCH_EXACT, test_model_dir
 
 from mnn_engine import Engine, LoadOptions, ModelStore
-from mnn_engine.cli.bench import TUNE_MARGIN, bench, option_candidates, percentile, pick_best, thread_candidates
+from mnn_engine.cli.bench import (
+    TUNE_MARGIN,
+    bench,
+    format_report,
+    option_candidates,
+    percentile,
+    pick_best,
+    thread_candidates,
+)
 
 
 def run_cli(home, *args):
@@ -149,3 +157,17 @@ def test_bench_api_directly(tmp_path):
     report = bench(str(test_model_dir("tiny")), LoadOptions(threads=1), prompt_len=8, gen=4, runs=1,
                    store=ModelStore(tmp_path))
     assert report["samples"][0]["completion_tokens"] == 4
+    assert report["speculative"] == ("ngram" if MNN_BATCH_EXACT else "off")  # auto: on where exact
+
+
+def test_bench_runs_with_every_load_option(tmp_path):
+    """Every option reaches the model bench loads: --speculative off once ran speculative decode."""
+    report = bench(str(test_model_dir("tiny")), LoadOptions(threads=1, speculative="off"), prompt_len=8, gen=4,
+                   runs=1, store=ModelStore(tmp_path))
+    assert report["speculative"] == "off" and report["options"]["speculative"] == "off"
+    assert "decode tok/s (speculative)" not in format_report(report)
+    options = LoadOptions(speculative="ngram", draft_tokens=3, prompt_cache=False, threads=1)
+    arguments = options.llm_arguments(tmp_path)
+    assert {k: arguments[k] for k in ("speculative", "draft_tokens", "prompt_cache")} == {
+        "speculative": "ngram", "draft_tokens": 3, "prompt_cache": False}
+    assert options.mnn_config(tmp_path).items() <= arguments.items()

@@ -33,7 +33,7 @@ from mnn_engine.cli.bench import prompt_ids
 from mnn_engine.store.models import prepare_cache
 path, threads, gen, cache, extra = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]), sys.argv[5]
 prepare_cache(cache, Path(path))
-llm = Llm(path, prompt_cache=False, **LoadOptions(threads=threads, **json.loads(extra)).mnn_config(cache)).load()
+llm = Llm(path, **LoadOptions(threads=threads, prompt_cache=False, **json.loads(extra)).llm_arguments(cache)).load()
 ids = prompt_ids(llm, 16)
 result = llm.generate(ids, temperature=0, max_tokens=gen, ignore_eos=True)
 print(json.dumps({"decode_tps": result.decode_tokens_per_second}))

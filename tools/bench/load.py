@@ -44,7 +44,7 @@ path, threads, mmap, cache = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", 
 start = time.perf_counter()
 prepare_cache(cache, Path(path))
 # validates the files too
-llm = Llm(path, prompt_cache=False, **LoadOptions(threads=threads, use_mmap=mmap).mnn_config(cache)).load()
+llm = Llm(path, **LoadOptions(threads=threads, use_mmap=mmap, prompt_cache=False).llm_arguments(cache)).load()
 ready = time.perf_counter() - start
 print(json.dumps({"load_s": ready - llm.warmup_seconds, "ready_s": ready}))
 """

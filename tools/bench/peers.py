@@ -117,10 +117,10 @@ from mnn_engine import Llm, LoadOptions
 from mnn_engine.cli.bench import prompt_ids
 from mnn_engine.store.models import prepare_cache
 path, threads, prompt_len, gen, cache = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-options = LoadOptions(threads=threads, **json.loads(sys.argv[6]))  # defaults: mmap on
+options = LoadOptions(threads=threads, prompt_cache=False, **json.loads(sys.argv[6]))  # defaults: mmap on
 prepare_cache(Path(cache), Path(path))
 start = time.perf_counter()
-llm = Llm(path, prompt_cache=False, **options.mnn_config(Path(cache))).load()
+llm = Llm(path, **options.llm_arguments(Path(cache))).load()
 load = time.perf_counter() - start
 ids = prompt_ids(llm, prompt_len)
 runs = [llm.generate(ids, temperature=0, max_tokens=gen, ignore_eos=True) for _ in range(3)][1:]
