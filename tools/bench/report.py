@@ -421,6 +421,21 @@ def one_row_kernels_section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def vnni_gemm_section(data: dict[str, Any]) -> list[str]:
+    same = all(r["released"] == r["patched"] for r in data["cases"])
+    lines = ["## The AVX-512 VNNI int8 GEMMs with and without patch 0004 (`tools/bench/vnni_gemm.py`)", "",
+             "MNN's two VNNI kernels compiled from MNN 3.6.1 as released and from our tree "
+             f"({data['compiler']}): patch 0004 takes GCC's two register copies per `vpdpbusds` out of the int4 "
+             "kernel (`w4`); the int8 kernel, left as it is, is the control (what the builds' layout alone does). "
+             f"The same bytes from both builds in {len(data['cases'])} cases (rows 1-4, input bias or not, float "
+             f"or int8 output): {'yes' if same else '**no**'}. Times: one call on Qwen3-0.6B's projection "
+             "shapes (blocks of 64 inputs), the builds alternating, medians.", "",
+             "| kernel | shape | rows | released us | patched us | released / patched |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['kernel']} | {r['shape']} | {r['rows']} | {r['released_ns'] / 1000:.1f} | "
+              f"{r['patched_ns'] / 1000:.1f} | {r['speedup']:.2f}x |" for r in data["timed"]]
+    return lines
+
+
 def quality_section(data: dict[str, Any]) -> list[str]:
     lines = ["## Quality of the exports (`tools/bench/quality.py`)", "",
              "SmolLM2-135M-Instruct. The reference is the checkpoint the test model is exported from (its Q4_1 "
@@ -648,6 +663,7 @@ def main() -> None:
                 ("threads", threads_section), ("structured", structured_section),
                 ("speculative", speculative_section), ("patch_cost", patch_cost_section),
                 ("one_row_kernels", one_row_kernels_section),
+                ("vnni_gemm", vnni_gemm_section),
                 ("prefill_chunk", prefill_chunk_section), ("arm_memory", arm_memory_section),
                 ("agent_apis", agent_apis_section), ("quality", quality_section)]
     machine = None

@@ -13,7 +13,7 @@ HERE = Path(__file__).resolve().parent
 SUITE = ["engine.py", "http_stream.py", "memory.py", "ceiling.py", "peers.py", "load.py", "switching.py",
          "vision.py", "kv_quality.py",
          "decode_profile.py", "conversation.py", "cache_exactness.py", "threads.py",
-         "structured.py", "speculative.py", "patch_cost.py", "one_row_kernels.py", "prefill_chunk.py"]
+         "structured.py", "speculative.py", "patch_cost.py", "one_row_kernels.py", "vnni_gemm.py", "prefill_chunk.py"]
 
 
 def main() -> None:

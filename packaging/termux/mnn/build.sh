@@ -13,7 +13,7 @@ TERMUX_PKG_DEPENDS="libc++"
 # tag archive's SHA-256 is computed where GitHub can be reached (docs/termux.md
 # in mnn-engine says why it could not be here); then SRCURL becomes
 # https://github.com/alibaba/MNN/archive/refs/tags/${TERMUX_PKG_VERSION}.tar.gz
-# with TERMUX_PKG_SHA256 and TERMUX_PKG_AUTO_UPDATE=true (our two patches must
+# with TERMUX_PKG_SHA256 and TERMUX_PKG_AUTO_UPDATE=true (our patches must
 # then apply to the new version, or the update's build fails visibly).
 TERMUX_PKG_AUTO_UPDATE=false
 # aarch64 only: every phone. arm and i686 are 32-bit (llama-cpp excludes them
