@@ -37,17 +37,26 @@ def quantile(values: list[float], q: float) -> float:
     return percentile(values, q)
 
 
-def machine() -> dict[str, Any]:
-    cpu = "unknown"
-    flags: list[str] = []
+def _cpuinfo() -> str:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and cpu == "unknown":
-                cpu = line.split(":", 1)[1].strip()
-            elif line.startswith(("flags", "Features")) and not flags:
-                flags = line.split(":", 1)[1].split()
+        return Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
-        pass
+        return ""
+
+
+def cpu_flags(cpuinfo: str | None = None) -> list[str]:
+    """The CPU's feature flags: the first "flags" (x86) or "Features" (ARM) line of ``cpuinfo``, by default
+    /proc/cpuinfo's (none where it cannot be read)."""
+    text = _cpuinfo() if cpuinfo is None else cpuinfo
+    return next((line.split(":", 1)[1].split() for line in text.splitlines()
+                 if line.startswith(("flags", "Features"))), [])
+
+
+def machine() -> dict[str, Any]:
+    info = _cpuinfo()
+    cpu = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
+               "unknown")
+    flags = cpu_flags(info)
     if "avx512f" in flags:
         cpu += " (AVX-512)"
     elif "avx2" in flags:

@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from common import REPO, machine, median, save  # tools/bench is on sys.path
+from common import REPO, cpu_flags, machine, median, save  # tools/bench is on sys.path
 
 PROBE = REPO / "tools" / "mnn" / "one_row_kernels.cpp"
 FLAGS = {  # kernel family -> (the probe's switch, the flags MNN compiles that family with)
@@ -42,9 +42,7 @@ NEEDS = {"avx512": "avx512bw", "avx2": "avx2"}  # the /proc/cpuinfo flag a famil
 
 def runs_here(family: str) -> bool:
     """Whether this CPU can run ``family``'s probe (its llvm-mca models need no such CPU)."""
-    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("flags")), [])
-    return NEEDS[family] in flags
+    return NEEDS[family] in cpu_flags()
 
 
 def compile_probe(mnn: Path, family: str, out: Path, asm: bool = False) -> Path:

@@ -48,7 +48,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from common import REPO, machine, median, save, test_model  # tools/bench is on sys.path
+from common import REPO, cpu_flags, machine, median, save, test_model  # tools/bench is on sys.path
 
 from mnn_engine.cli.bench import TEXT
 
@@ -65,9 +65,7 @@ def native_cmake_args(cpuinfo: str | None = None) -> str:
     """llama.cpp for this CPU, with GGML_NATIVE off and each extension named from the CPU's flags:
     GGML_NATIVE=ON compiles AMX in on a CPU that reports it, whatever GGML_AMX_* say, and a VM can
     report AMX without granting the tile state (ggml then segfaults or dies with SIGILL)."""
-    if cpuinfo is None:
-        cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
-    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
+    flags = cpu_flags(cpuinfo)
     switches = " ".join(f"-DGGML_{name}={'ON' if flag in flags else 'OFF'}" for name, flag in _GGML_X86.items())
     return f"-DGGML_NATIVE=OFF {switches} -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF {COMMON_CMAKE}"
 

@@ -24,7 +24,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from common import REPO, machine, median, save  # tools/bench is on sys.path
+from common import REPO, cpu_flags, machine, median, save  # tools/bench is on sys.path
 
 PROBE = REPO / "tools" / "mnn" / "vnni_gemm.cpp"
 TARBALL = Path(os.environ.get("MNN_TARBALL", REPO.parent / "shared" / "vendor" / "MNN-3.6.1.tar.gz"))
@@ -43,8 +43,7 @@ SHAPES = [("1024 -> 3072 (gate, up)", 16, 16, 192), ("3072 -> 1024 (down)", 16, 
 
 def runs_here() -> bool:
     """Whether this CPU has AVX-512 VNNI (the probe runs MNN's kernels for it)."""
-    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("flags")), [])
+    flags = cpu_flags()
     return "avx512_vnni" in flags and "avx512bw" in flags
 
 
