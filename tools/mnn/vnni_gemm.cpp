@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
     const size_t stepY = L * H / (w4 ? 2 : 1), stepZ = sdq * stepY + 2 * 4 * H;
     std::vector<int8_t> weight(dz * blocks * stepZ + 64), src(blocks * sdq * L * E + 64);
     for (auto& b : weight) b = static_cast<int8_t>(next());
-    for (auto& b : src) b = static_cast<int8_t>(next() & 0x7f);  // MNN's u8 inputs: 0-127 after the offset
+    for (auto& b : src) b = static_cast<int8_t>(next());  // read as MNN's u8 inputs (its int8 + 128)
     for (size_t t = 0; t < dz * blocks; ++t) {
         auto params = floats(2 * H, -0.05f, 0.05f);
         std::memcpy(weight.data() + t * stepZ + sdq * stepY, params.data(), params.size() * sizeof(float));
