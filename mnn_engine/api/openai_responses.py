@@ -32,8 +32,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..checks import invalid, number, obj
+from ..checks import integer, invalid, number, obj
 from ..runtime.generation import GenerationResult, TokenLogprob
+from ..runtime.sampling import MAX_TOP_LOGPROBS
 from .openai_chat import (
     ChatRequest,
     MediaPolicy,
@@ -225,7 +226,8 @@ def _options(body: Mapping[str, Any], out: dict[str, Any]) -> None:
     include = body.get("include")
     if include is not None and (not isinstance(include, list) or any(i not in INCLUDE for i in include)):
         raise invalid("include", f"takes a list of: {', '.join(INCLUDE)}")
-    top = body.get("top_logprobs")
+    # checked here, whatever else was asked: false or 0 asks for nothing, but only 0 is a count
+    top = integer(body.get("top_logprobs"), "top_logprobs", low=0, high=MAX_TOP_LOGPROBS, nullable=True)
     if (include and LOGPROBS in include) or top:  # alternatives asked for are log-probabilities asked for
         out["logprobs"] = True
         if top is not None:

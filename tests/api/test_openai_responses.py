@@ -35,3 +35,22 @@ def test_two_messages_each_get_their_own_tokens_and_none_without_logprobs():
     first, second = message_logprobs(["Hello", "Hello!"], result, lambda i: pieces[i].encode())
     assert [e["logprob"] for e in first] == [0.0, -0.5] and [e["logprob"] for e in second] == [-2.5, -3.0, -3.5]
     assert message_logprobs(["x", ""], None, bytes) == [[], []]
+
+
+def test_top_logprobs_is_a_count_whatever_else_was_asked():
+    """``top_logprobs: false`` once passed unchecked (it asks for nothing, so nothing read it) and was echoed
+    back, where OpenAI's Response schema takes an integer: found by the schema fuzzing of tests/server."""
+    from mnn_engine.api.openai_chat import MediaPolicy
+    from mnn_engine.api.openai_responses import responses_request
+    from mnn_engine.errors import MnnEngineError
+
+    body = {"model": "m", "input": "hi"}
+    for bad in (False, True, -1, 21, 1.5, "2"):
+        try:
+            responses_request({**body, "top_logprobs": bad}, [], MediaPolicy())
+        except MnnEngineError as exc:
+            assert exc.code == "invalid_argument" and "top_logprobs" in str(exc)
+        else:
+            raise AssertionError(f"top_logprobs={bad!r} was taken")
+    for good in (0, 3, None):
+        responses_request({**body, "top_logprobs": good}, [], MediaPolicy())
