@@ -6,7 +6,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mnn_engine.api.openai_responses import message_logprobs
+from mnn_engine.api.openai_chat import MediaPolicy
+from mnn_engine.api.openai_responses import message_logprobs, responses_request
+from mnn_engine.errors import MnnEngineError
 from mnn_engine.runtime.generation import TokenLogprob
 
 PIECES = ["<think>", "hmm", "</think>", "\n\n", "Hel", "lo", " there", "!", "<tool_call>", "{}", "</tool_call>",
@@ -40,10 +42,6 @@ def test_two_messages_each_get_their_own_tokens_and_none_without_logprobs():
 def test_top_logprobs_is_a_count_whatever_else_was_asked():
     """``top_logprobs: false`` once passed unchecked (it asks for nothing, so nothing read it) and was echoed
     back, where OpenAI's Response schema takes an integer: found by the schema fuzzing of tests/server."""
-    from mnn_engine.api.openai_chat import MediaPolicy
-    from mnn_engine.api.openai_responses import responses_request
-    from mnn_engine.errors import MnnEngineError
-
     body = {"model": "m", "input": "hi"}
     for bad in (False, True, -1, 21, 1.5, "2"):
         try:

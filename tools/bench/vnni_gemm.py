@@ -98,15 +98,15 @@ def main() -> None:
         if differ:
             raise SystemExit(f"patch 0004 changed what a kernel writes: {differ}")
         print(f"{len(bits)} cases: the same bytes from both builds", flush=True)
+        probes = {"released": released, "patched": patched}
         timed = []
         for kernel in ("w4", "int8"):
             for name, groups, blocks, outputs in SHAPES:
                 for n in (4, 1):
-                    ns: dict[str, list[float]] = {"released": [], "patched": []}
+                    ns: dict[str, list[float]] = {build: [] for build in probes}
                     for i in range(args.rounds):
-                        for build in (("released", "patched") if i % 2 == 0 else ("patched", "released")):
-                            probe = released if build == "released" else patched
-                            ns[build].append(run(probe, kernel, n, groups, blocks, outputs, reps=200)[1])
+                        for build in sorted(probes, reverse=i % 2 == 1):  # alternating which runs first
+                            ns[build].append(run(probes[build], kernel, n, groups, blocks, outputs, reps=200)[1])
                     row = {"kernel": kernel, "shape": name, "rows": n, "released_ns": median(ns["released"]),
                            "patched_ns": median(ns["patched"]),
                            "speedup": median([a / b for a, b in zip(ns["released"], ns["patched"], strict=True)])}
