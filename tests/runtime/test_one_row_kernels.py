@@ -21,8 +21,7 @@ from support import REPO
 
 sys.path.insert(0, str(REPO / "tools" / "bench"))
 import one_row_kernels
-
-MNN_TREE = REPO / "subprojects" / "MNN"
+from common import MNN_TREE
 
 pytestmark = [
     pytest.mark.skipif(not (MNN_TREE / "source").is_dir(), reason="MNN sources are not unpacked in subprojects/MNN"),

@@ -19,19 +19,18 @@ from support import REPO
 
 sys.path.insert(0, str(REPO / "tools" / "bench"))
 import vnni_gemm
-
-MNN_TREE = REPO / "subprojects" / "MNN"
+from common import MNN_TARBALL, MNN_TREE, unpack_mnn_release
 
 pytestmark = [
     pytest.mark.skipif(not (MNN_TREE / "source").is_dir(), reason="MNN sources are not unpacked in subprojects/MNN"),
-    pytest.mark.skipif(not vnni_gemm.TARBALL.is_file(), reason=f"no MNN tarball at {vnni_gemm.TARBALL}"),
+    pytest.mark.skipif(not MNN_TARBALL.is_file(), reason=f"no MNN tarball at {MNN_TARBALL}"),
     pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler"),
     pytest.mark.skipif(not vnni_gemm.runs_here(), reason="this CPU has no AVX-512 VNNI"),
 ]
 
 
 def test_patched_vnni_kernels_write_the_released_kernels_bytes(tmp_path):
-    released = vnni_gemm.compile_probe(vnni_gemm.unpack_release(tmp_path / "mnn"), tmp_path / "released")
+    released = vnni_gemm.compile_probe(unpack_mnn_release(tmp_path / "mnn"), tmp_path / "released")
     patched = vnni_gemm.compile_probe(MNN_TREE, tmp_path / "patched")
     rows = vnni_gemm.same_bits(released, patched)
     assert len(rows) == len(vnni_gemm.CASES) == 24
@@ -44,5 +43,5 @@ def test_the_probe_compiles_the_patched_kernel(tmp_path):
     """The patched tree's int4 kernel is the inline-asm form: the probe times patch 0004, not a copy of MNN."""
     source = (MNN_TREE / "source/backend/cpu/x86_x64/avx512/GemmInt8_VNNI.cpp").read_text()
     assert "mnn_dpbusds_in_place" in source
-    released = vnni_gemm.unpack_release(tmp_path / "mnn") / "source/backend/cpu/x86_x64/avx512/GemmInt8_VNNI.cpp"
+    released = unpack_mnn_release(tmp_path / "mnn") / "source/backend/cpu/x86_x64/avx512/GemmInt8_VNNI.cpp"
     assert "mnn_dpbusds_in_place" not in released.read_text()

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench-results"
+# MNN 3.6.1 as released (the pinned commit), what the kernel probes compare our patched tree with
+MNN_TARBALL = Path(os.environ.get("MNN_TARBALL", REPO.parent / "shared" / "vendor" / "MNN-3.6.1.tar.gz"))
+MNN_TREE = REPO / "subprojects" / "MNN"  # the patched tree the build uses
+# the parts of MNN's tree its kernel files include
+MNN_INCLUDED = ("include/", "source/", "schema/current/", "3rd_party/flatbuffers/include/")
 sys.path.insert(0, str(REPO / "tests"))
 from support import test_model_dir  # noqa: E402 - one place locates the test models
 
@@ -35,6 +42,22 @@ def quantile(values: list[float], q: float) -> float:
     from mnn_engine.cli.bench import percentile
 
     return percentile(values, q)
+
+
+def unpack_mnn_release(into: Path) -> Path:
+    """The parts of the vendored MNN 3.6.1 its kernel files need, as released (no patch), under ``into``."""
+    with tarfile.open(MNN_TARBALL) as tar:
+        members = [m for m in tar.getmembers()
+                   if "/" in m.name and m.name.split("/", 1)[1].startswith(MNN_INCLUDED)]
+        for m in members:
+            m.name = m.name.split("/", 1)[1]
+        tar.extractall(into, members=members, filter="data")
+    return into
+
+
+def mnn_includes(tree: Path) -> list[str]:
+    """The compiler's -I options for MNN sources in ``tree``."""
+    return [f"-I{tree / d}" for d in MNN_INCLUDED]
 
 
 def _cpuinfo() -> str:

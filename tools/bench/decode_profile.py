@@ -5,8 +5,8 @@ Usage: python tools/bench/decode_profile.py [--threads 1 2] [--gen 256]
 
 Each configuration runs in a fresh process under ``perf record`` (sampling
 at 999 Hz): a warm load (the weights cache is written by an unprofiled run
-first), a 16-token prompt, then ``--gen`` greedy tokens, so
-decode dominates the samples. Samples are grouped by symbol into the kernel
+first), a 16-token prompt, then ``--gen`` greedy tokens of plain decode (speculation off: its
+batched verification is another workload), so decode dominates the samples. Samples are grouped by symbol into the kernel
 families below; the share of each family is what the report shows. Needs
 Linux ``perf`` (Debian: ``apt install linux-perf``); without it the script
 says so and saves nothing.
@@ -33,7 +33,8 @@ from mnn_engine.cli.bench import prompt_ids
 from mnn_engine.store.models import prepare_cache
 path, threads, gen, cache, extra = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]), sys.argv[5]
 prepare_cache(cache, Path(path))
-llm = Llm(path, **LoadOptions(threads=threads, prompt_cache=False, **json.loads(extra)).llm_arguments(cache)).load()
+options = LoadOptions(threads=threads, prompt_cache=False, speculative="off", **json.loads(extra))
+llm = Llm(path, **options.llm_arguments(cache)).load()
 ids = prompt_ids(llm, 16)
 result = llm.generate(ids, temperature=0, max_tokens=gen, ignore_eos=True)
 print(json.dumps({"decode_tps": result.decode_tokens_per_second}))

@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from common import REPO, cpu_flags, machine, median, save  # tools/bench is on sys.path
+from common import MNN_TREE, REPO, cpu_flags, machine, median, save  # tools/bench is on sys.path
 
 PROBE = REPO / "tools" / "mnn" / "one_row_kernels.cpp"
 FLAGS = {  # kernel family -> (the probe's switch, the flags MNN compiles that family with)
@@ -105,7 +105,7 @@ def mca(loop: str, cpu: str, rows: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mnn", type=Path, default=REPO / "subprojects" / "MNN", help="the patched MNN tree")
+    parser.add_argument("--mnn", type=Path, default=MNN_TREE, help="the patched MNN tree")
     parser.add_argument("--runs", type=int, default=5, help="probe runs (each times every kernel and shape)")
     args = parser.parse_args()
     mca_found = shutil.which("llvm-mca") is not None

@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""What the batch-exactness MNN patch costs: decode and prefill, patched against unpatched.
+"""What an MNN patch costs (or saves): decode and prefill, patched against unpatched.
 
-Usage: python tools/bench/patch_cost.py [--unpatched DIR] [--models smollm2-135m qwen3-0.6b-shape] [--rounds 10]
+Usage: python tools/bench/patch_cost.py [--patch 0002] [--unpatched DIR] [--models smollm2-135m qwen3-0.6b-shape]
+                                        [--rounds 10] [--kernels avx2]
 
-DIR holds a ``libMNN.so`` built as the default build's but without
-subprojects/packagefiles/MNN/0002-batch-independent-rows.patch: make it with
-``tools/mnn/build_unpatched.sh 0002``, which this script runs when DIR (by
-default build/unpatched-0002/lib) has none (once: MNN builds in ~25 min).
+``--patch`` names the patch left out of the baseline (default 0002, the
+batch-exactness patch, whose cost issue #47 bounds; 0005, a faster kernel, is
+measured the same way and saved apart, in patch_cost_0005.json).
+
+DIR holds a ``libMNN.so`` built as the default build's but without the patch
+(subprojects/packagefiles/MNN/0002-batch-independent-rows.patch by default):
+``tools/mnn/build_unpatched.sh 0002`` makes it, which this script runs when DIR
+(by default build/unpatched-PATCH/lib) has none (once: MNN builds in ~25 min, a
+few with ccache).
 The extension finds libMNN through its RUNPATH, which ``LD_LIBRARY_PATH``
 overrides, so one install runs both. Every measurement is a fresh process
 (int4 low-memory mode, speculation and the prompt cache off, 2 threads, 64-token
@@ -14,6 +20,13 @@ prefill chunks for both), the
 two builds alternate round by round, and the report gives paired ratios
 (patched / unpatched, per round, median). Target (issue #47): both within 2 %, on
 every kind of CPU; a run replaces the kept one of its CPU kind only.
+
+``--kernels avx2`` measures the kernels an AVX2-only CPU runs on a CPU that
+also has AVX-512: both libraries are then built with ``-DMNN_AVX512=OFF``
+(under build/avx2-kernels/, by ``build_unpatched.sh`` the same way), so MNN's
+dispatcher picks its AVX2/FMA kernels as it does where AVX-512 is missing. The
+kernels are the same; the core running them is not (an AVX2-only CPU is an
+older design), and the report names both.
 """
 
 from __future__ import annotations
@@ -36,7 +49,8 @@ from common import (  # tools/bench is on sys.path
     test_model,
 )
 
-UNPATCHED = REPO / "build" / "unpatched-0002" / "lib"
+AVX2_KERNELS = REPO / "build" / "avx2-kernels"
+AVX512_SYMBOL = b"_AVX512_MNNGemmInt8AddBiasScale"  # a kernel only a libMNN with AVX-512 code holds
 
 WORKER = """
 import json, sys
@@ -62,16 +76,24 @@ def run(path: str, gen: int, prompt: int, libdir: str | None) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--unpatched", type=Path, default=UNPATCHED, help="directory holding the unpatched libMNN.so")
+    parser.add_argument("--patch", default="0002", help="the patch measured (its file name's prefix)")
+    parser.add_argument("--unpatched", type=Path, help="directory holding the libMNN.so without it "
+                        "(default build/unpatched-PATCH/lib, built when missing)")
     parser.add_argument("--models", nargs="+", default=["smollm2-135m", "qwen3-0.6b-shape"])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--gen", type=int, default=256)
     parser.add_argument("--prompt", type=int, default=512, help="prefill length (tokens)")
+    parser.add_argument("--kernels", choices=["native", "avx2"], default="native",
+                        help="avx2: both builds without AVX-512 code (what an AVX2-only CPU runs)")
     args = parser.parse_args()
-    if not (args.unpatched / "libMNN.so").is_file():
-        if args.unpatched != UNPATCHED:
-            sys.exit(f"no libMNN.so in {args.unpatched}")
-        subprocess.run(["bash", str(REPO / "tools" / "mnn" / "build_unpatched.sh"), "0002"], check=True)
+    kind = machine()["cpu"]
+    if args.kernels == "avx2":
+        libs = {"patched": avx2_build("none"), "unpatched": avx2_build(args.patch)}
+        kind += ", AVX2 kernels (AVX-512 compiled out of libMNN)"
+    else:
+        libs = {"patched": None, "unpatched": args.unpatched or unpatched_build(args.patch)}
+        if not (libs["unpatched"] / "libMNN.so").is_file():
+            sys.exit(f"no libMNN.so in {libs['unpatched']}")
 
     results = {}
     for model in args.models:
@@ -80,8 +102,8 @@ def main() -> None:
         for r in range(args.rounds):
             order = ["patched", "unpatched"] if r % 2 == 0 else ["unpatched", "patched"]
             for build in order:
-                libdir = str(args.unpatched) if build == "unpatched" else None
-                runs[build].append(run(path, args.gen, args.prompt, libdir))
+                libdir = libs[build]
+                runs[build].append(run(path, args.gen, args.prompt, str(libdir) if libdir else None))
         exact = {b: {x["batch_exact"] for x in runs[b]} for b in runs}
         row = {"batch_exact": {b: sorted(v) for b, v in exact.items()}}
         for key in ("decode_tps", "prefill_tps"):
@@ -93,15 +115,44 @@ def main() -> None:
               f"({row['decode_tps']['ratio']:.3f}x), prefill {row['prefill_tps']['patched']:.0f} vs "
               f"{row['prefill_tps']['unpatched']:.0f} tok/s ({row['prefill_tps']['ratio']:.3f}x); "
               f"batch_exact {row['batch_exact']}", flush=True)
-    report = {"machine": machine(), "gen": args.gen, "prompt": args.prompt, "rounds": args.rounds, "models": results}
-    print(f"saved {save('patch_cost', by_cpu(report))}")
+    report = {"machine": machine() | {"cpu": kind}, "patch": args.patch, "kernels": args.kernels, "gen": args.gen,
+              "prompt": args.prompt, "rounds": args.rounds, "models": results}
+    name = result_name(args.patch)
+    print(f"saved {save(name, by_cpu(name, report))}")
 
 
-def by_cpu(report: dict) -> dict:
-    """The kept results with this run's in place of the last one on the same kind of CPU (the patch's cost
-    is the kernels', which differ per instruction set: every kind measured stays in the report)."""
+def result_name(patch: str) -> str:
+    """The results file of a patch's runs: patch_cost for 0002 (the one issue #47 bounds), else patch_cost_PATCH."""
+    return "patch_cost" if patch == "0002" else f"patch_cost_{patch}"
+
+
+def unpatched_build(leave_out: str) -> Path:
+    """build/unpatched-<leave_out>/lib, libMNN as the default build without that patch, built once."""
+    lib = REPO / "build" / f"unpatched-{leave_out}" / "lib"
+    if not (lib / "libMNN.so").is_file():
+        subprocess.run(["bash", str(REPO / "tools" / "mnn" / "build_unpatched.sh"), leave_out], check=True)
+    return lib
+
+
+def avx2_build(leave_out: str) -> Path:
+    """build/avx2-kernels/<leave_out>/lib: libMNN as the default build but without AVX-512 code and without the
+    patches named by ``leave_out`` ("none": all applied), built once; checked to hold no AVX-512 kernel."""
+    out = AVX2_KERNELS / leave_out
+    lib = out / "lib" / "libMNN.so"
+    if not lib.is_file():
+        env = dict(os.environ, MNN_EXTRA_DEFINES="-DMNN_AVX512=OFF")
+        subprocess.run(["bash", str(REPO / "tools" / "mnn" / "build_unpatched.sh"), leave_out,
+                        str(REPO / "build" / "ci-default"), str(out)], check=True, env=env)
+    if AVX512_SYMBOL in lib.read_bytes():
+        sys.exit(f"{lib} holds AVX-512 kernels: not an AVX2-only build")
+    return lib.parent
+
+
+def by_cpu(name: str, report: dict) -> dict:
+    """The kept results (``name``.json) with this run's in place of the last one on the same kind of CPU (the
+    patch's cost is the kernels', which differ per instruction set: every kind measured stays in the report)."""
     try:
-        kept = json.loads((RESULTS / "patch_cost.json").read_text())
+        kept = json.loads((RESULTS / f"{name}.json").read_text())
     except (OSError, ValueError):
         kept = {}
     runs = kept.get("by_cpu") or ({kept["machine"]["cpu"]: kept} if "machine" in kept else {})

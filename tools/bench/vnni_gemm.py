@@ -18,21 +18,25 @@ Needs a CPU with AVX-512 VNNI to run the kernels.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
-import tarfile
 import tempfile
 from pathlib import Path
 
-from common import REPO, cpu_flags, machine, median, save  # tools/bench is on sys.path
+from common import (  # tools/bench is on sys.path
+    MNN_TREE,
+    REPO,
+    cpu_flags,
+    machine,
+    median,
+    mnn_includes,
+    save,
+    unpack_mnn_release,
+)
 
 PROBE = REPO / "tools" / "mnn" / "vnni_gemm.cpp"
-TARBALL = Path(os.environ.get("MNN_TARBALL", REPO.parent / "shared" / "vendor" / "MNN-3.6.1.tar.gz"))
 # MNN compiles GemmInt8_VNNI.cpp with these (source/backend/cpu/x86_x64/CMakeLists.txt, MNNAVX512_VNNI)
 FLAGS = ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma", "-mavx512vnni", "-DMNN_USE_SSE",
          "-DMNN_AVX512_VNNI", "-DMNN_LOW_MEMORY"]
-# the parts of MNN's tree the kernel file includes
-INCLUDED = ("include/", "source/", "schema/current/", "3rd_party/flatbuffers/include/")
 # (kernel, rows, input bias, int8 output) over 3 blocks of 16 input groups and 11 output groups (a remainder
 # tile): every path of both kernels the LLM runs, and the int8-output one
 CASES = [(kernel, rows, bias, out) for kernel in ("w4", "int8") for rows in (1, 2, 3, 4) for bias in (0, 1)
@@ -47,20 +51,9 @@ def runs_here() -> bool:
     return "avx512_vnni" in flags and "avx512bw" in flags
 
 
-def unpack_release(into: Path) -> Path:
-    """The parts of the vendored MNN 3.6.1 the kernel file needs, as released (no patch), under ``into``."""
-    with tarfile.open(TARBALL) as tar:
-        members = [m for m in tar.getmembers()
-                   if "/" in m.name and m.name.split("/", 1)[1].startswith(INCLUDED)]
-        for m in members:
-            m.name = m.name.split("/", 1)[1]
-        tar.extractall(into, members=members, filter="data")
-    return into
-
-
 def compile_probe(mnn: Path, out: Path) -> Path:
-    includes = [f"-I{mnn / d}" for d in ("include", "source", "schema/current", "3rd_party/flatbuffers/include")]
-    subprocess.run(["g++", "-O3", "-std=gnu++11", "-w", *FLAGS, *includes, str(PROBE), "-o", str(out)], check=True)
+    subprocess.run(["g++", "-O3", "-std=gnu++11", "-w", *FLAGS, *mnn_includes(mnn), str(PROBE), "-o", str(out)],
+                   check=True)
     return out
 
 
@@ -85,13 +78,13 @@ def same_bits(released: Path, patched: Path) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mnn", type=Path, default=REPO / "subprojects" / "MNN", help="the patched MNN tree")
+    parser.add_argument("--mnn", type=Path, default=MNN_TREE, help="the patched MNN tree")
     parser.add_argument("--rounds", type=int, default=5, help="alternating timed rounds per shape")
     args = parser.parse_args()
     if not runs_here():
         raise SystemExit("this CPU has no AVX-512 VNNI: the kernels cannot run here")
     with tempfile.TemporaryDirectory() as tmp:
-        released = compile_probe(unpack_release(Path(tmp) / "mnn"), Path(tmp) / "released")
+        released = compile_probe(unpack_mnn_release(Path(tmp) / "mnn"), Path(tmp) / "released")
         patched = compile_probe(args.mnn, Path(tmp) / "patched")
         bits = same_bits(released, patched)
         differ = [r for r in bits if r["released"] != r["patched"]]

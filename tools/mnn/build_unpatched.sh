@@ -7,6 +7,9 @@
 # by the patch only (default build/ci-default); OUT: where the tree, the build
 # and OUT/lib/libMNN.so go (default build/unpatched-PATCH_PREFIX). MNN comes
 # from the vendored tarball ($MNN_TARBALL, default ../shared/vendor/MNN-3.6.1.tar.gz).
+# $MNN_EXTRA_DEFINES (e.g. "-DMNN_AVX512=OFF") is passed to CMake after the
+# default build's options, so it overrides them: a PATCH_PREFIX that names no
+# patch (e.g. none) then builds the patched library with other kernels.
 # Run the patched engine against it with LD_LIBRARY_PATH=OUT/lib (the
 # extension finds libMNN through its RUNPATH, which that overrides).
 set -euo pipefail
@@ -31,7 +34,7 @@ done
 mapfile -t defines < <(grep -E '^(MNN|LLM)_[A-Z0-9_]+:(BOOL|STRING)=' "$cache" | sed -E 's/^([^:]+):[A-Z]+=(.*)$/-D\1=\2/')
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-cmake -S "$out/src" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "${defines[@]}" >"$out/cmake.log"
+cmake -S "$out/src" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "${defines[@]}" ${MNN_EXTRA_DEFINES:-} >"$out/cmake.log"
 ninja -C "$out/build" MNN >"$out/build.log"
 cp "$out/build/libMNN.so" "$out/lib/"
 echo "$out/lib/libMNN.so"
