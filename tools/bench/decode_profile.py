@@ -5,11 +5,12 @@ Usage: python tools/bench/decode_profile.py [--threads 1 2] [--gen 256]
 
 Each configuration runs in a fresh process under ``perf record`` (sampling
 at 999 Hz): a warm load (the weights cache is written by an unprofiled run
-first), a 16-token prompt, then ``--gen`` greedy tokens of plain decode (speculation off: its
-batched verification is another workload), so decode dominates the
-samples. Samples are grouped by symbol into the kernel families below; the share of each family is what the report shows. Needs
-Linux ``perf`` (Debian: ``apt install linux-perf``); without it the script
-says so and saves nothing.
+first), a 16-token prompt, then ``--gen`` greedy tokens of plain decode
+(speculation off: its batched verification is another workload), so decode
+dominates the samples. Samples are grouped by symbol into the kernel families
+below; the share of each family is what the report shows. Needs Linux
+``perf`` (Debian: ``apt install linux-perf``); without it the script says so
+and saves nothing.
 """
 
 from __future__ import annotations
