@@ -13,7 +13,8 @@ HERE = Path(__file__).resolve().parent
 SUITE = ["engine.py", "http_stream.py", "memory.py", "ceiling.py", "peers.py", "load.py", "switching.py",
          "vision.py", "kv_quality.py",
          "decode_profile.py", "conversation.py", "cache_exactness.py", "threads.py",
-         "structured.py", "speculative.py", "patch_cost.py", "one_row_kernels.py", "vnni_gemm.py", "prefill_chunk.py"]
+         "structured.py", "speculative.py", "patch_cost.py", ("patch_cost.py", "--patch", "0005"),
+         "one_row_kernels.py", "vnni_gemm.py", "sum_by_axis.py", "prefill_chunk.py"]
 
 
 def main() -> None:
@@ -21,11 +22,12 @@ def main() -> None:
     parser.add_argument("--skip-peers", action="store_true",
                         help="skip the benchmarks that need llama.cpp (its first build takes ~6 min)")
     args = parser.parse_args()
-    for script in SUITE:
+    for entry in SUITE:
+        script, *options = (entry,) if isinstance(entry, str) else entry
         if args.skip_peers and script in ("peers.py", "load.py"):
             continue
-        print(f"== {script}", flush=True)
-        subprocess.run([sys.executable, str(HERE / script)], check=True)
+        print(f"== {' '.join((script, *options))}", flush=True)
+        subprocess.run([sys.executable, str(HERE / script), *options], check=True)
     subprocess.run([sys.executable, str(HERE / "report.py")], check=True)
 
 
