@@ -63,14 +63,17 @@ def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkey
                     "## Structured output", "## Speculative decoding", "## The batch-exactness patch",
                     "## A lone row's float GEMM", "## The AVX-512 VNNI int8 GEMMs",
                     "## The vector input sums: what patch 0005 saves", "## The int8 GEMMs' input sums",
+                    "## MNN's AVX-512 kernels against its AVX2 kernels",
                     "## Prefill chunk size", "## Memory of the phone's path", "## Quality of the exports"):
         assert heading in text, heading
     assert "(not measured in this run)" not in text
     assert "| defaults: decode mnn / llama.cpp Q4_0 >= 1.3" in text
     assert "| defaults: prefill mnn / llama.cpp Q4_0 >= 1.5" in text
     # one row per kind of CPU the patch's cost was measured on
-    assert "| smollm2-135m on AMD EPYC (AVX-512): decode with patch 0002 within 2 % of without |" in text
-    assert "| smollm2-135m on AMD EPYC (AVX2, no AVX-512): prefill with patch 0002 within 2 % of without |" in text
+    assert "| smollm2-135m on AMD EPYC (AVX-512) (2026-" in text
+    assert "| smollm2-135m on AMD EPYC (AVX2, no AVX-512) (2026-12-03): prefill with patch 0002 within 2 % of" in text
+    assert ("| qwen3-0.6b-shape on AMD EPYC (AVX-512), AVX2 kernels (AVX-512 compiled out of libMNN) (2026-"
+            in text)
     assert "decode without speculation >= 1.4x |" in text  # issue #47's, from the peers run
 
 

@@ -412,6 +412,22 @@ def patch_0005_section(data: dict[str, Any]) -> list[str]:
                        "AVX2 on x86 (MNN: a byte at a time in C).")
 
 
+def x86_kernels_section(data: dict[str, Any]) -> list[str]:
+    lines = ["## MNN's AVX-512 kernels against its AVX2 kernels (`tools/bench/x86_kernels.py`)", "",
+             "The same engine with our libMNN and with it built without AVX-512 code (what MNN runs on an "
+             f"AVX2-only CPU), on this CPU ({data['machine']['cpu']}): fresh processes alternating, "
+             f"{data['rounds']} rounds, int4, 2 threads, speculation and the prompt cache off; decode: "
+             f"{data['gen']} tokens, prefill: {data['prompt']} tokens. Ratio: AVX2 / AVX-512, the median of "
+             "per-round ratios (above 1: the AVX2 kernels are faster here).", "",
+             "| model | decode tok/s AVX-512 / AVX2 | decode AVX2 / AVX-512 | prefill tok/s AVX-512 / AVX2 | "
+             "prefill AVX2 / AVX-512 |", "|---|---|---|---|---|"]
+    for model, r in data["models"].items():
+        d, p = r["decode_tps"], r["prefill_tps"]
+        lines.append(f"| {model} | {d['avx512']:.1f} / {d['avx2']:.1f} | {d['avx2_over_avx512']:.3f}x | "
+                     f"{p['avx512']:.0f} / {p['avx2']:.0f} | {p['avx2_over_avx512']:.3f}x |")
+    return lines
+
+
 def sum_by_axis_section(data: dict[str, Any]) -> list[str]:
     same = all(r["released"] == r["patched"] for r in data["cases"])
     lines = ["## The int8 GEMMs' input sums with and without patch 0005 (`tools/bench/sum_by_axis.py`)", "",
@@ -670,7 +686,8 @@ def targets_section(results: Path) -> list[str]:
     patch_cost = load(results, "patch_cost")
     for cpu, run in (patch_cost or {}).get("by_cpu", {}).items():
         for model, r in run["models"].items():
-            rows += [(f"{model} on {cpu}: {kind} with patch 0002 within 2 % of without", f"{r[key]['ratio']:.3f}x",
+            rows += [(f"{model} on {cpu} ({run['machine']['date'][:10]}): {kind} with patch 0002 within 2 % of "
+                      "without", f"{r[key]['ratio']:.3f}x",
                       r[key]["ratio"] >= 0.98) for kind, key in (("decode", "decode_tps"), ("prefill", "prefill_tps"))]
     rows += peers_targets(load(results, "peers"))
     lines = ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
@@ -692,7 +709,7 @@ def main() -> None:
                 ("speculative", speculative_section), ("patch_cost", patch_cost_section),
                 ("one_row_kernels", one_row_kernels_section),
                 ("vnni_gemm", vnni_gemm_section), ("patch_cost_0005", patch_0005_section),
-                ("sum_by_axis", sum_by_axis_section),
+                ("sum_by_axis", sum_by_axis_section), ("x86_kernels", x86_kernels_section),
                 ("prefill_chunk", prefill_chunk_section), ("arm_memory", arm_memory_section),
                 ("agent_apis", agent_apis_section), ("quality", quality_section)]
     machine = None
