@@ -11,8 +11,8 @@ measured the same way and saved apart, in patch_cost_0005.json).
 DIR holds a ``libMNN.so`` built as the default build's but without the patch
 (subprojects/packagefiles/MNN/0002-batch-independent-rows.patch by default):
 ``tools/mnn/build_unpatched.sh 0002`` makes it, which this script runs when DIR
-(by default build/unpatched-PATCH/lib) has none (once: MNN builds in ~25 min, a
-few with ccache).
+(by default build/unpatched-PATCH/lib) has none (again when a patch is newer: MNN
+builds in ~25 min, a few with ccache).
 The extension finds libMNN through its RUNPATH, which ``LD_LIBRARY_PATH``
 overrides, so one install runs both. Every measurement is a fresh process
 (int4 low-memory mode, speculation and the prompt cache off, 2 threads, 64-token
@@ -126,20 +126,26 @@ def result_name(patch: str) -> str:
     return "patch_cost" if patch == "0002" else f"patch_cost_{patch}"
 
 
+def outdated(lib: Path) -> bool:
+    """Whether ``lib`` is missing or older than one of our MNN patches (then it is built again)."""
+    patches = (REPO / "subprojects" / "packagefiles" / "MNN").glob("*.patch")
+    return not lib.is_file() or any(p.stat().st_mtime > lib.stat().st_mtime for p in patches)
+
+
 def unpatched_build(leave_out: str) -> Path:
-    """build/unpatched-<leave_out>/lib, libMNN as the default build without that patch, built once."""
+    """build/unpatched-<leave_out>/lib, libMNN as the default build without that patch, built when outdated."""
     lib = REPO / "build" / f"unpatched-{leave_out}" / "lib"
-    if not (lib / "libMNN.so").is_file():
+    if outdated(lib / "libMNN.so"):
         subprocess.run(["bash", str(REPO / "tools" / "mnn" / "build_unpatched.sh"), leave_out], check=True)
     return lib
 
 
 def avx2_build(leave_out: str) -> Path:
     """build/avx2-kernels/<leave_out>/lib: libMNN as the default build but without AVX-512 code and without the
-    patches named by ``leave_out`` ("none": all applied), built once; checked to hold no AVX-512 kernel."""
+    patches named by ``leave_out`` ("none": all applied), built when outdated; checked to hold no AVX-512 kernel."""
     out = AVX2_KERNELS / leave_out
     lib = out / "lib" / "libMNN.so"
-    if not lib.is_file():
+    if outdated(lib):
         env = dict(os.environ, MNN_EXTRA_DEFINES="-DMNN_AVX512=OFF")
         subprocess.run(["bash", str(REPO / "tools" / "mnn" / "build_unpatched.sh"), leave_out,
                         str(REPO / "build" / "ci-default"), str(out)], check=True, env=env)
