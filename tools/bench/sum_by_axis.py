@@ -13,7 +13,7 @@ AVX2 form from the patched tree (DIR, default subprojects/MNN), installed as
 MNN installs it; both must write the same bytes for every tile size, partial
 last group, scale mode and kernel size, then both are timed in each of several runs
 on Qwen3-0.6B's projection inputs: a 128-token prefill and a decode step.
-Needs a CPU with AVX2.
+Without AVX2 it says so and saves nothing.
 """
 
 from __future__ import annotations
@@ -88,7 +88,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="timed runs per shape")
     args = parser.parse_args()
     if not runs_here():
-        raise SystemExit("this CPU has no AVX2: patch 0005's form cannot run here")
+        print("this CPU has no AVX2: patch 0005's form cannot run here (nothing measured)")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         probe = compile_probe(unpack_mnn_release(Path(tmp) / "mnn"), args.mnn, Path(tmp) / "probe")
         bits = same_bits(probe)
