@@ -27,27 +27,11 @@ void reference_sum_by_axis(float* dest, int8_t* source, const float* scale, ssiz
 #include <vector>
 
 #include "backend/cpu/x86_x64/avx/ReorderFunctions.cpp"
+#include "probe_common.hpp"
 
 void reference_sum_by_axis(float* dest, int8_t* source, const float* scale, ssize_t rows, SumByAxisParams params);
 
 namespace {
-
-uint64_t state = 0x9E3779B97F4A7C15ull;
-uint32_t next() {  // xorshift64*: the same inputs for both forms
-    state ^= state >> 12;
-    state ^= state << 25;
-    state ^= state >> 27;
-    return static_cast<uint32_t>((state * 0x2545F4914F6CDD1Dull) >> 32);
-}
-
-uint64_t fnv1a(const std::vector<float>& v) {
-    uint64_t h = 1469598103934665603ull;
-    const auto* bytes = reinterpret_cast<const unsigned char*>(v.data());
-    for (size_t i = 0; i < v.size() * sizeof(float); ++i) {
-        h = (h ^ bytes[i]) * 1099511628211ull;
-    }
-    return h;
-}
 
 using SumByAxis = void (*)(float*, int8_t*, const float*, ssize_t, SumByAxisParams);
 
@@ -88,9 +72,9 @@ int main(int argc, char** argv) {
     params.inputBlock = inputBlock;
     const ssize_t tiles = (rows + EP - 1) / EP;
     std::vector<int8_t> src(tiles * params.unitColBufferSize + 64);
-    for (auto& b : src) b = static_cast<int8_t>(next());  // read as MNN's u8 inputs (its int8 + 128)
+    for (auto& b : src) b = static_cast<int8_t>(probe::next());  // read as MNN's u8 inputs (its int8 + 128)
     std::vector<float> scale(rows * blocks + 1);
-    for (auto& s : scale) s = (next() >> 8) / 16777216.0f * 0.02f + 0.001f;
+    for (auto& s : scale) s = probe::uniform(0.001f, 0.021f);
 
     MNN::CoreFunctions core{};
     core.MNNSumByAxisLForMatmul_A = reference_sum_by_axis;
@@ -105,8 +89,10 @@ int main(int argc, char** argv) {
     core.MNNSumByAxisLForMatmul_A(patched.data(), src.data(), scale.data(), rows, params);
     const double nsReference = ns_per_call(reference_sum_by_axis, reference, src, scale, rows, params, reps);
     const double nsPatched = ns_per_call(core.MNNSumByAxisLForMatmul_A, patched, src, scale, rows, params, reps);
-    std::printf("%016llx %016llx %.1f %.1f\n", static_cast<unsigned long long>(fnv1a(reference)),
-                static_cast<unsigned long long>(fnv1a(patched)), nsReference, nsPatched);
+    const auto hash = [](const std::vector<float>& v) {
+        return static_cast<unsigned long long>(probe::fnv1a(v.data(), v.size() * sizeof(float)));
+    };
+    std::printf("%016llx %016llx %.1f %.1f\n", hash(reference), hash(patched), nsReference, nsPatched);
     return 0;
 }
 #endif

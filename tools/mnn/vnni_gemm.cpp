@@ -16,24 +16,10 @@
 #include <vector>
 
 #include "backend/cpu/x86_x64/avx512/GemmInt8_VNNI.cpp"
+#include "probe_common.hpp"
 
-namespace {
-
-uint64_t state = 0x9E3779B97F4A7C15ull;
-uint32_t next() {  // xorshift64*: the same inputs in both builds
-    state ^= state >> 12;
-    state ^= state << 25;
-    state ^= state >> 27;
-    return static_cast<uint32_t>((state * 0x2545F4914F6CDD1Dull) >> 32);
-}
-float uniform(float low, float high) { return low + (high - low) * (next() >> 8) / 16777216.0f; }
-std::vector<float> floats(size_t n, float low, float high) {
-    std::vector<float> v(n);
-    for (auto& x : v) x = uniform(low, high);
-    return v;
-}
-
-}  // namespace
+using probe::floats;
+using probe::next;
 
 int main(int argc, char** argv) {
     if (argc != 9) {
@@ -81,8 +67,7 @@ int main(int argc, char** argv) {
     auto kernel = w4 ? _AVX512_MNNGemmInt8AddBiasScale_16x4_w4_Unit_VNNI : _AVX512_MNNGemmInt8AddBiasScale_16x4_Unit_VNNI;
     kernel(dst.data(), src.data(), weight.data(), sdq, dstStep, ddq, &post, realDst);
 
-    uint64_t hash = 1469598103934665603ull;  // FNV-1a over the output bytes
-    for (auto b : dst) hash = (hash ^ static_cast<uint8_t>(b)) * 1099511628211ull;
+    const uint64_t hash = probe::fnv1a(dst.data(), dst.size() * sizeof(dst[0]));
     double best = 0;
     for (int round = 0; round < 5 && reps > 0; ++round) {
         auto start = std::chrono::steady_clock::now();
