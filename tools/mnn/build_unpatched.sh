@@ -34,7 +34,8 @@ done
 mapfile -t defines < <(grep -E '^(MNN|LLM)_[A-Z0-9_]+:(BOOL|STRING)=' "$cache" | sed -E 's/^([^:]+):[A-Z]+=(.*)$/-D\1=\2/')
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-cmake -S "$out/src" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "${defines[@]}" ${MNN_EXTRA_DEFINES:-} >"$out/cmake.log"
+read -r -a extra <<<"${MNN_EXTRA_DEFINES:-}"  # words, after the defaults: they override them
+cmake -S "$out/src" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "${defines[@]}" "${extra[@]}" >"$out/cmake.log"
 ninja -C "$out/build" MNN >"$out/build.log"
 cp "$out/build/libMNN.so" "$out/lib/"
 echo "$out/lib/libMNN.so"
