@@ -433,7 +433,7 @@ def sum_by_axis_section(data: dict[str, Any]) -> list[str]:
     lines = ["## The int8 GEMMs' input sums with and without patch 0005 (`tools/bench/sum_by_axis.py`)", "",
              "`MNNSumByAxisLForMatmul_A`: MNN 3.6.1's C form compiled from the release and patch 0005's AVX2 "
              f"form from our tree, installed as MNN installs it, in one program ({data['compiler']}). The same "
-             f"bytes in {len(data['cases'])} cases (1-9 rows, partial last groups, every scale mode, 1-2 kernel "
+             f"bytes in {len(data['cases'])} cases (0-9 rows, partial last groups, every scale mode, 1-2 kernel "
              f"positions): {'yes' if same else '**no**'}. Times: one call on Qwen3-0.6B's projection inputs "
              "(blocks of 64), a 128-token prefill and a decode step, medians of 5 runs.", "",
              "| shape | rows | C form us | patch 0005 us | C form / patch 0005 |", "|---|---|---|---|---|"]

@@ -39,10 +39,10 @@ PROBE = REPO / "tools" / "mnn" / "sum_by_axis.cpp"
 COMMON = ["-O3", "-std=gnu++11", "-w", "-ffunction-sections", "-fdata-sections", "-DMNN_USE_SSE", "-DMNN_LOW_MEMORY"]
 AVX2 = ["-mavx2", "-mfma"]
 # (rows, blocks, groups of 4 inputs over all blocks, kernel positions, bytes of the last group, one scale, a scale
-# per row and block): 1-9 rows (whole tiles of 4 and the 1-3 row remainders), partial last groups, each scale
+# per row and block): 0-9 rows (none, whole tiles of 4 and the 1-3 row remainders), partial last groups, each scale
 # mode, two kernel positions, and group counts that leave a tail after the 32-byte loop
 CASES = [(rows, blocks, lu, kxy, valid, one, block)
-         for rows in (1, 2, 3, 4, 5, 7, 9) for (blocks, lu) in ((1, 5), (3, 12), (16, 256))
+         for rows in (0, 1, 2, 3, 4, 5, 7, 9) for (blocks, lu) in ((1, 5), (3, 12), (16, 256))
          for kxy in (1, 2) for valid in (0, 1, 3) for (one, block) in ((0, 0), (1, 0), (0, 1))]
 # Qwen3-0.6B's projection inputs in blocks of 64 (16 groups of 4 each): (name, blocks, groups)
 SHAPES = [("1024 inputs (q, k, v, gate, up)", 16, 256), ("3072 inputs (down)", 48, 768)]
