@@ -55,6 +55,18 @@ def unpack_mnn_release(into: Path) -> Path:
     return into
 
 
+def differing(cases: list[dict]) -> list[dict]:
+    """The kernel-probe cases whose hash from MNN as released and from our patched code differ."""
+    return [case for case in cases if case["released"] != case["patched"]]
+
+
+def require_same_bits(cases: list[dict], change: str) -> None:
+    """Exit naming ``change`` and the cases if any of them differs; else say how many were the same."""
+    if differ := differing(cases):
+        raise SystemExit(f"{change} changed what the kernel writes: {differ}")
+    print(f"{len(cases)} cases: the same bytes as MNN as released", flush=True)
+
+
 def mnn_includes(tree: Path) -> list[str]:
     """The compiler's -I options for MNN sources in ``tree``."""
     return [f"-I{tree / d}" for d in MNN_INCLUDED]

@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from common import REPO, RESULTS  # tools/bench is on sys.path
+from common import REPO, RESULTS, differing  # tools/bench is on sys.path
 
 METHOD = """\
 All figures come from `tools/bench/` (run them with `python tools/bench/run_all.py`,
@@ -429,7 +429,7 @@ def x86_kernels_section(data: dict[str, Any]) -> list[str]:
 
 
 def sum_by_axis_section(data: dict[str, Any]) -> list[str]:
-    same = all(r["released"] == r["patched"] for r in data["cases"])
+    same = not differing(data["cases"])
     lines = ["## The int8 GEMMs' input sums with and without patch 0005 (`tools/bench/sum_by_axis.py`)", "",
              "`MNNSumByAxisLForMatmul_A`: MNN 3.6.1's C form compiled from the release and patch 0005's AVX2 "
              f"form from our tree, installed as MNN installs it, in one program ({data['compiler']}). The same "
@@ -466,7 +466,7 @@ def one_row_kernels_section(data: dict[str, Any]) -> list[str]:
 
 
 def vnni_gemm_section(data: dict[str, Any]) -> list[str]:
-    same = all(r["released"] == r["patched"] for r in data["cases"])
+    same = not differing(data["cases"])
     lines = ["## The AVX-512 VNNI int8 GEMMs with and without patch 0004 (`tools/bench/vnni_gemm.py`)", "",
              "MNN's two VNNI kernels compiled from MNN 3.6.1 as released and from our tree "
              f"({data['compiler']}): patch 0004 takes GCC's two register copies per `vpdpbusds` out of the int4 "

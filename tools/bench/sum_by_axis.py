@@ -30,6 +30,7 @@ from common import (  # tools/bench is on sys.path
     machine,
     median,
     mnn_includes,
+    require_same_bits,
     save,
     unpack_mnn_release,
 )
@@ -93,10 +94,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         probe = compile_probe(unpack_mnn_release(Path(tmp) / "mnn"), args.mnn, Path(tmp) / "probe")
         bits = same_bits(probe)
-        differ = [r for r in bits if r["released"] != r["patched"]]
-        if differ:
-            raise SystemExit(f"patch 0005 changed the sums: {differ}")
-        print(f"{len(bits)} cases: the same bytes from both forms", flush=True)
+        require_same_bits(bits, "patch 0005")
         timed = []
         for name, blocks, lu in SHAPES:
             for rows in (128, 1):

@@ -29,6 +29,7 @@ from common import (  # tools/bench is on sys.path
     machine,
     median,
     mnn_includes,
+    require_same_bits,
     save,
     unpack_mnn_release,
 )
@@ -88,10 +89,7 @@ def main() -> None:
         released = compile_probe(unpack_mnn_release(Path(tmp) / "mnn"), Path(tmp) / "released")
         patched = compile_probe(args.mnn, Path(tmp) / "patched")
         bits = same_bits(released, patched)
-        differ = [r for r in bits if r["released"] != r["patched"]]
-        if differ:
-            raise SystemExit(f"patch 0004 changed what a kernel writes: {differ}")
-        print(f"{len(bits)} cases: the same bytes from both builds", flush=True)
+        require_same_bits(bits, "patch 0004")
         probes = {"released": released, "patched": patched}
         timed = []
         for kernel in ("w4", "int8"):
