@@ -93,6 +93,24 @@ def test_prefill_sized_batches_give_the_rows_of_64_token_chunks(memory):
             assert not _differing_rows(chunks, got, n), f"batches of {size}"
 
 
+def test_rows_are_the_same_whatever_the_kv_cache_grew_through():
+    """Patch 0006 sizes the KV cache by the length it holds (+64 tokens, or a quarter past 256): after a 10-token
+    prompt, 640 rows one at a time grow it seven times (capacity 74, then 139, 204, 269, 337, 422, 528, 661
+    tokens), 64-token chunks and one 640-row batch through other capacities. Attention must read the same rows
+    from each, bit for bit."""
+    n = 640
+    with Llm(test_model_dir("tiny"), thread_num=2, speculative="off") as llm:
+        ids = llm.tokenize(PROMPT * 60)
+        prompt, tail = ids[:10], ids[10:10 + n]
+        assert len(tail) == n
+        if not llm.batch_exact:
+            pytest.skip("this MNN does not claim batch-independent rows (Llm.batch_exact is False)")
+        alone = _mnn.forward_rows(llm._core, prompt, [[t] for t in tail])
+        for size in (64, n):
+            got = _mnn.forward_rows(llm._core, prompt, [tail[i:i + size] for i in range(0, n, size)])
+            assert not _differing_rows(alone, got, n), f"batches of {size}"
+
+
 def test_rows_are_batch_independent_past_an_attention_block():
     # 60 prompt tokens + 48 rows: kv crosses MNN_FLASH_ATTENTION_BLOCK_SIZE (64)
     _check("tiny", prompt_tokens=60, seed=2)

@@ -428,6 +428,28 @@ def x86_kernels_section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def kv_growth_section(data: dict[str, Any]) -> list[str]:
+    lines = ["## Long answers: the KV cache's growth with and without patch 0006 (`tools/bench/kv_growth.py`)", "",
+             "Patch `0006-kv-cache-grows-by-a-quarter` grows the KV cache by a quarter of its length (at least 64 "
+             "tokens) where MNN 3.6.1 grew it by 64, copying the whole cache each time. "
+             f"{data['gen']} greedy tokens after a 16-token prompt (int4, 2 threads, speculation and the prompt cache "
+             f"off), our libMNN against the same without patch 0006, fresh processes alternating, {data['rounds']} "
+             "rounds, medians. A stall is a token slower than 3 times the median token; its time is what it took "
+             "beyond a median token. Ratios: with / without, the median of per-round ratios.", "",
+             "| model | decode tok/s with / without | ratio | last 256 tokens: ratio | stalls (count, ms) with | "
+             "without | longest stall ms with / without | peak RSS MiB with / without | same tokens |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for model, r in data["models"].items():
+        d = r["decode_tps"]
+        lines.append(f"| {model} | {d['patched']:.1f} / {d['unpatched']:.1f} | {d['ratio']:.3f}x | "
+                     f"{r['tail_tps']['ratio']:.3f}x | {r['stalls']['patched']:.0f}, "
+                     f"{r['stall_ms']['patched']:.0f} | {r['stalls']['unpatched']:.0f}, "
+                     f"{r['stall_ms']['unpatched']:.0f} | {r['longest_stall_ms']['patched']:.0f} / "
+                     f"{r['longest_stall_ms']['unpatched']:.0f} | {r['peak_rss_mib']['patched']:.0f} / "
+                     f"{r['peak_rss_mib']['unpatched']:.0f} | {'yes' if r['same_tokens'] else '**no**'} |")
+    return lines
+
+
 def sum_by_axis_section(data: dict[str, Any]) -> list[str]:
     same = not differing(data["cases"])
     lines = ["## The int8 GEMMs' input sums with and without patch 0005 (`tools/bench/sum_by_axis.py`)", "",
@@ -710,6 +732,7 @@ def main() -> None:
                 ("one_row_kernels", one_row_kernels_section),
                 ("vnni_gemm", vnni_gemm_section), ("patch_cost_0005", patch_0005_section),
                 ("sum_by_axis", sum_by_axis_section), ("x86_kernels", x86_kernels_section),
+                ("kv_growth", kv_growth_section),
                 ("prefill_chunk", prefill_chunk_section), ("arm_memory", arm_memory_section),
                 ("agent_apis", agent_apis_section), ("quality", quality_section)]
     machine = None
