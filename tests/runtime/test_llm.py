@@ -242,6 +242,9 @@ def test_keyboard_interrupt_during_stream_cancels_cleanly(tiny, scripted, chat):
         for _ in tiny.stream(chat, **dict(LONG, max_tokens=100000)):
             received += 1
             started.set()
+            # a consumer that takes its time (a terminal printing): the interrupting thread gets the GIL while the
+            # generation still runs (without it the test raced the generation, and once in CI it ended first)
+            time.sleep(0.01)
     assert received > 0
     assert tiny.last_result.finish_reason == "cancelled"
     assert tiny.generate(chat, temperature=0, max_tokens=4).completion_tokens == 4
