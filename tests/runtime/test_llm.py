@@ -6,6 +6,7 @@ import _thread
 import asyncio
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -236,15 +237,19 @@ def test_keyboard_interrupt_during_stream_cancels_cleanly(tiny, scripted, chat):
         time.sleep(0.02)
         _thread.interrupt_main()
 
+    # Python's own Ctrl-C handler, as in a terminal: a process a shell starts in the background inherits SIGINT
+    # ignored, and interrupt_main() then does nothing
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=interrupt, daemon=True).start()
     received = 0
-    with pytest.raises(KeyboardInterrupt):
-        for _ in tiny.stream(chat, **dict(LONG, max_tokens=100000)):
-            received += 1
-            started.set()
-            # a consumer that takes its time (a terminal printing): the interrupting thread gets the GIL while the
-            # generation still runs (without it the test raced the generation, and once in CI it ended first)
-            time.sleep(0.01)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            for _ in tiny.stream(chat, **dict(LONG, max_tokens=100000)):
+                received += 1
+                started.set()
+                time.sleep(0.01)  # a consumer at a terminal's pace: the interrupt lands while the generation runs
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert received > 0
     assert tiny.last_result.finish_reason == "cancelled"
     assert tiny.generate(chat, temperature=0, max_tokens=4).completion_tokens == 4
