@@ -492,6 +492,52 @@ def test_thinking_is_offered_and_shown_only_for_models_that_think(page, tmp_path
     assert not page.find_element(By.ID, "attach-label").is_displayed()  # not a vision model: no image button
 
 
+def test_the_picker_shows_the_newest_list_when_an_older_answer_arrives_last(page, tmp_path):
+    """Model events ask /v1/models again while an earlier request may still be out; the answer of the earlier
+    one arriving last must not put back the list from before the load (a CI run once saw the picker stuck so)."""
+    from types import SimpleNamespace
+
+    from selenium.webdriver.support.ui import Select
+    from support import test_model_dir
+
+    from mnn_engine import ModelPool, ModelStore
+
+    store = ModelStore(tmp_path / "store")
+    for name, model_id in (("tiny-scripted", "scripted"), ("tiny-thinking", "thinking")):
+        store.import_model(test_model_dir(name), model_id=model_id)
+    pool = ModelPool(store, defaults={"threads": 1}, max_loaded=1, keep_alive=None)
+    live = SimpleNamespace(url=pool.start_server(port=0))
+
+    def options() -> list[str]:
+        return [o.text for o in Select(page.find_element(By.ID, "model-picker")).options]
+
+    try:
+        _open(page, live)
+        assert options() == ["scripted (loads when used)", "thinking (loads when used)"]
+        # the key field's change makes the page ask now (nothing loaded): that answer is held back until the test
+        # lets it through
+        page.execute_script("""
+            const real = window.fetch;
+            let held = false;
+            window.fetch = (url, options) => {
+              const answer = real(url, options);
+              if (held || !String(url).startsWith("/v1/models")) return answer;
+              held = true;
+              return new Promise((done) => { window.letThrough = () => done(answer); });
+            };
+            document.getElementById("key").dispatchEvent(new Event("change"));""")
+        _wait(page, lambda d: d.execute_script("return typeof window.letThrough") == "function")
+        pool.acquire("scripted").release()  # loads it: its events make the page ask again, answered at once
+        fresh = ["scripted", "thinking (loads when used)"]
+        _wait(page, lambda d: options() == fresh)
+        page.execute_script("window.letThrough()")
+        for _ in range(20):  # the held answer (nothing loaded) arrives and is read within this second
+            assert options() == fresh
+            time.sleep(0.05)
+    finally:
+        pool.close()
+
+
 def test_the_model_picker_lists_the_store_and_each_answer_comes_from_the_picked_model(page, tmp_path):
     from types import SimpleNamespace
 

@@ -462,22 +462,32 @@ function scheduleRetry() {
   server.retryTimer = setTimeout(() => { server.retryTimer = null; refresh(); }, server.retry);
   server.retry = Math.min(server.retry * 2, 5000);
 }
+let modelsAsked = 0;  // /v1/models requests so far (probeAuth, refreshModels): the newest one's answer is shown
 async function probeAuth() {  // an authenticated request, so a missing or wrong key shows before the first send
   let r;
+  const asked = ++modelsAsked;
   try { r = await fetch("/v1/models", {headers: headers(), cache: "no-store"}); } catch (e) { setReachable(false); return; }
   if (r.status === 401) server.auth = $("key").value.trim() ? "wrong" : "needed";
   else {
     server.auth = "ok";
-    if (r.ok) { try { server.models = (await r.json()).data || []; } catch (e) { server.models = []; } }
+    let models = [];
+    if (r.ok) { try { models = (await r.json()).data || []; } catch (e) { /* shown as none */ } }
+    if (asked === modelsAsked) server.models = models;  // else a newer list is on its way (refreshModels)
   }
   showAuth(); fillPicker(); showHealth(); showBanner();
 }
 async function refreshModels() {  // a model loaded, unloaded or pulled: the picker shows it
   if (server.auth !== "ok") return;
+  const asked = ++modelsAsked;
+  let models;
   try {
     const r = await fetch("/v1/models", {headers: headers(), cache: "no-store"});
-    if (r.ok) server.models = (await r.json()).data || [];
+    if (!r.ok) return;
+    models = (await r.json()).data || [];
   } catch (e) { return; }
+  // two events in a row ask twice; an older answer arriving last would show the state before the newer event
+  if (asked !== modelsAsked) return;
+  server.models = models;
   fillPicker(); showHealth();
 }
 function showAuth() {
@@ -573,7 +583,10 @@ async function followEvents() {  // pushed state changes; its end is the first s
   server.events = abort;
   try {
     const r = await fetch("/events", {headers: headers(), signal: abort.signal});
-    if (r.ok) await readEvents(r, (data) => { refresh(); if (/"kind":"(model|pull)"/.test(data)) refreshModels(); });
+    if (r.ok) {
+      refreshModels();  // subscribed: what changed before (a model loaded while it connected) shows now
+      await readEvents(r, (data) => { refresh(); if (/"kind":"(model|pull)"/.test(data)) refreshModels(); });
+    }
   } catch (e) { /* aborted, or the server went away */ }
   if (server.events !== abort) return;
   server.events = null;
