@@ -135,14 +135,17 @@ def test_chat_says_what_loaded_and_has_the_commands_a_repl_has(home, tmp_path):
 
 
 def test_interactive_chat_ctrl_c_stops_the_answer_and_ctrl_d_quits(home):
-    cli(home, "models", "import", str(test_model_dir("tiny")), "--id", "tiny")
+    # an answer that takes seconds (SmolLM2 asked for a long story writes to its context limit, greedily, in
+    # about 5 s here): the tiny model wrote its whole context in under a second, which a busy machine once let
+    # pass before the test had read its first characters (the answer ended unstopped)
+    cli(home, "models", "import", str(test_model_dir("smollm2-135m")), "--id", "smollm")
     env = dict(os.environ, MNN_ENGINE_HOME=str(home))
-    child = pexpect.spawn(sys.executable, ["-m", "mnn_engine", "chat", "tiny", "--threads", "1",
+    child = pexpect.spawn(sys.executable, ["-m", "mnn_engine", "chat", "smollm", "--threads", "1",
                                            "--max-tokens", "100000", "--temperature", "0"],
                           env=env, encoding="utf-8", timeout=60, cwd="/")
     try:
         child.expect_exact("you> ")
-        child.sendline("tell me everything")
+        child.sendline("Write a very long story about a dragon, at least 3000 words.")
         child.expect(r".{40}")  # the answer is streaming
         child.sendintr()
         child.expect_exact("[stopped]")
