@@ -5,8 +5,9 @@ Usage: python tools/bench/patch_cost.py [--patch 0002] [--unpatched DIR] [--mode
                                         [--rounds 10] [--kernels avx2]
 
 ``--patch`` names the patch left out of the baseline (default 0002, the
-batch-exactness patch, whose cost issue #47 bounds; 0005, a faster kernel, is
-measured the same way and saved apart, in patch_cost_0005.json).
+batch-exactness patch, whose cost issue #47 bounds; 0005, a faster kernel, and
+0007, the thread pool's waits, are measured the same way and saved apart, in
+patch_cost_PATCH.json).
 
 DIR holds a ``libMNN.so`` built as the default build's but without the patch
 (subprojects/packagefiles/MNN/0002-batch-independent-rows.patch by default):

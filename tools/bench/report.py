@@ -412,6 +412,13 @@ def patch_0005_section(data: dict[str, Any]) -> list[str]:
                        "AVX2 on x86 (MNN: a byte at a time in C).")
 
 
+def patch_0007_section(data: dict[str, Any]) -> list[str]:
+    return _patch_runs(data, "The thread pool's waits: what patch 0007 saves",
+                       "Patch `0007-thread-pool-pauses-before-yielding` makes MNN's pool threads look at their task "
+                       "flags again after a CPU pause, 2,048 times, before yielding the core (MNN: a `sched_yield` "
+                       "system call between every two looks).")
+
+
 def x86_kernels_section(data: dict[str, Any]) -> list[str]:
     lines = ["## MNN's AVX-512 kernels against its AVX2 kernels (`tools/bench/x86_kernels.py`)", "",
              "The same engine with our libMNN and with it built without AVX-512 code (what MNN runs on an "
@@ -731,6 +738,7 @@ def main() -> None:
                 ("speculative", speculative_section), ("patch_cost", patch_cost_section),
                 ("one_row_kernels", one_row_kernels_section),
                 ("vnni_gemm", vnni_gemm_section), ("patch_cost_0005", patch_0005_section),
+                ("patch_cost_0007", patch_0007_section),
                 ("sum_by_axis", sum_by_axis_section), ("x86_kernels", x86_kernels_section),
                 ("kv_growth", kv_growth_section),
                 ("prefill_chunk", prefill_chunk_section), ("arm_memory", arm_memory_section),
