@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import asdict
@@ -142,7 +143,10 @@ def test_interactive_chat_ctrl_c_stops_the_answer_and_ctrl_d_quits(home):
     env = dict(os.environ, MNN_ENGINE_HOME=str(home))
     child = pexpect.spawn(sys.executable, ["-m", "mnn_engine", "chat", "smollm", "--threads", "1",
                                            "--max-tokens", "100000", "--temperature", "0"],
-                          env=env, encoding="utf-8", timeout=60, cwd="/")
+                          env=env, encoding="utf-8", timeout=60, cwd="/",
+                          # as a terminal's foreground job: SIGINT at its default (a test run a shell started in
+                          # the background inherits it ignored, and the chat never saw the Ctrl-C)
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         child.expect_exact("you> ")
         child.sendline("Write a very long story about a dragon, at least 3000 words.")
