@@ -52,6 +52,22 @@ def test_paired_ratio_of_a_series_with_itself_is_one(values):
     assert abs(common.paired_ratio([2 * v for v in values], values) - 2.0) < 1e-12
 
 
+@given(st.integers(min_value=0, max_value=9), st.lists(st.text(max_size=3), min_size=1, max_size=4, unique=True))
+def test_alternating_runs_each_name_once_a_round_and_swaps_who_goes_first(rounds, names):
+    order = list(common.alternating(rounds, names))
+    rounds_run = [order[i:i + len(names)] for i in range(0, len(order), len(names))]
+    assert rounds_run == [names if r % 2 == 0 else names[::-1] for r in range(rounds)]
+
+
+def test_libmnn_env_puts_the_library_first_and_keeps_the_rest(monkeypatch):
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/other")
+    assert common.libmnn_env("/x/lib")["LD_LIBRARY_PATH"] == "/x/lib:/opt/other"
+    assert common.libmnn_env(None)["LD_LIBRARY_PATH"] == "/opt/other"
+    monkeypatch.delenv("LD_LIBRARY_PATH")
+    assert common.libmnn_env("/x/lib")["LD_LIBRARY_PATH"] == "/x/lib"
+    assert "LD_LIBRARY_PATH" not in common.libmnn_env(None)
+
+
 def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkeypatch):
     out = tmp_path / "benchmarks.md"
     monkeypatch.setattr(sys, "argv", ["report.py", "--results", str(REPO / "bench-results"), "--out", str(out)])

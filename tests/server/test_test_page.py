@@ -515,7 +515,8 @@ def test_the_picker_shows_the_newest_list_when_an_older_answer_arrives_last(page
         _open(page, live)
         assert options() == ["scripted (loads when used)", "thinking (loads when used)"]
         # the key field's change makes the page ask now (nothing loaded): that answer is held back until the test
-        # lets it through
+        # lets it through. Only its timing is ours: the request goes to the real server at once and the page gets
+        # the real server's response, as a slow network delivers it (HTTP gives no order between two requests)
         page.execute_script("""
             const real = window.fetch;
             let held = false;

@@ -9,8 +9,11 @@ import statistics
 import sys
 import tarfile
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench-results"
@@ -112,6 +115,21 @@ def run_worker(code: str, *args: object, env: dict[str, str] | None = None) -> d
     out = subprocess.run([sys.executable, "-c", code, *map(str, args)], check=True, capture_output=True, text=True,
                          cwd="/", env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def alternating(rounds: int, names: Sequence[T]) -> Iterator[T]:
+    """``names`` once per round, in order on even rounds and reversed on odd ones (none always runs first)."""
+    for r in range(rounds):
+        yield from (names if r % 2 == 0 else names[::-1])
+
+
+def libmnn_env(libdir: str | Path | None) -> dict[str, str]:
+    """This environment with ``libdir``'s libMNN.so first (``None``: the installed one). The extension finds
+    libMNN through its RUNPATH, which ``LD_LIBRARY_PATH`` overrides, so one install runs either library."""
+    env = dict(os.environ)
+    if libdir:
+        env["LD_LIBRARY_PATH"] = ":".join(filter(None, [str(libdir), env.get("LD_LIBRARY_PATH")]))
+    return env
 
 
 def save(name: str, data: Any) -> Path:

@@ -21,9 +21,17 @@ same tokens (the capacity must change no result).
 from __future__ import annotations
 
 import argparse
-import os
 
-from common import machine, median, paired_ratio, run_worker, save, test_model  # tools/bench is on sys.path
+from common import (  # tools/bench is on sys.path
+    alternating,
+    libmnn_env,
+    machine,
+    median,
+    paired_ratio,
+    run_worker,
+    save,
+    test_model,
+)
 from patch_cost import unpatched_build
 
 WORKER = """
@@ -42,7 +50,7 @@ stalls = [g for g in gaps if g > 3 * typical]
 tail = stamps[-257:]
 print(json.dumps({"decode_tps": result.decode_tokens_per_second, "tail_tps": (len(tail) - 1) / (tail[-1] - tail[0]),
                   "stalls": len(stalls), "stall_ms": 1000 * sum(g - typical for g in stalls),
-                  "longest_stall_ms": 1000 * max(stalls, default=0.0), "typical_ms": 1000 * typical,
+                  "longest_stall_ms": 1000 * max(stalls, default=0.0),
                   "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "tokens": hashlib.sha256(repr(result.token_ids).encode()).hexdigest()[:16]}))
 """
@@ -56,17 +64,13 @@ def main() -> None:
     parser.add_argument("--gen", type=int, default=1536)
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
-    baseline = str(unpatched_build("0006"))
-    env = {"patched": dict(os.environ),
-           "unpatched": dict(os.environ, LD_LIBRARY_PATH=":".join(filter(None, [baseline,
-                                                                                os.environ.get("LD_LIBRARY_PATH")])))}
+    env = {"patched": libmnn_env(None), "unpatched": libmnn_env(unpatched_build("0006"))}
     results = {}
     for model in args.models:
         path = str(test_model(model))
         runs: dict[str, list[dict]] = {name: [] for name in env}
-        for r in range(args.rounds):
-            for name in (list(env) if r % 2 == 0 else list(env)[::-1]):
-                runs[name].append(run_worker(WORKER, path, args.gen, env=env[name]))
+        for name in alternating(args.rounds, list(env)):
+            runs[name].append(run_worker(WORKER, path, args.gen, env=env[name]))
         row: dict = {key: {name: median([x[key] for x in runs[name]]) for name in env} for key in MEASURES}
         for key in ("decode_tps", "tail_tps"):
             row[key]["ratio"] = paired_ratio([x[key] for x in runs["patched"]], [x[key] for x in runs["unpatched"]])

@@ -42,6 +42,8 @@ from pathlib import Path
 from common import (  # tools/bench is on sys.path
     REPO,
     RESULTS,
+    alternating,
+    libmnn_env,
     machine,
     median,
     paired_ratio,
@@ -68,11 +70,8 @@ with Llm(path, thread_num=2, prompt_cache=False, speculative="off") as llm:
 """
 
 
-def run(path: str, gen: int, prompt: int, libdir: str | None) -> dict:
-    env = dict(os.environ)
-    if libdir:
-        env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
-    return run_worker(WORKER, path, gen, prompt, env=env)
+def run(path: str, gen: int, prompt: int, libdir: str | Path | None) -> dict:
+    return run_worker(WORKER, path, gen, prompt, env=libmnn_env(libdir))
 
 
 def main() -> None:
@@ -100,11 +99,8 @@ def main() -> None:
     for model in args.models:
         path = str(test_model(model))
         runs: dict[str, list[dict]] = {"patched": [], "unpatched": []}
-        for r in range(args.rounds):
-            order = ["patched", "unpatched"] if r % 2 == 0 else ["unpatched", "patched"]
-            for build in order:
-                libdir = libs[build]
-                runs[build].append(run(path, args.gen, args.prompt, str(libdir) if libdir else None))
+        for build in alternating(args.rounds, list(libs)):
+            runs[build].append(run(path, args.gen, args.prompt, libs[build]))
         exact = {b: {x["batch_exact"] for x in runs[b]} for b in runs}
         row = {"batch_exact": {b: sorted(v) for b, v in exact.items()}}
         for key in ("decode_tps", "prefill_tps"):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 
-from common import machine, median, paired_ratio, save, test_model  # tools/bench is on sys.path
+from common import alternating, machine, median, paired_ratio, save, test_model  # tools/bench is on sys.path
 from patch_cost import avx2_build, run
 
 
@@ -36,9 +36,8 @@ def main() -> None:
     for model in args.models:
         path = str(test_model(model))
         runs: dict[str, list[dict]] = {name: [] for name in libs}
-        for r in range(args.rounds):
-            for name in (list(libs) if r % 2 == 0 else list(libs)[::-1]):
-                runs[name].append(run(path, args.gen, args.prompt, libs[name]))
+        for name in alternating(args.rounds, list(libs)):
+            runs[name].append(run(path, args.gen, args.prompt, libs[name]))
         row = {}
         for key in ("decode_tps", "prefill_tps"):
             avx512, avx2 = ([x[key] for x in runs[name]] for name in ("avx512", "avx2"))

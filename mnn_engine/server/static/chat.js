@@ -462,32 +462,31 @@ function scheduleRetry() {
   server.retryTimer = setTimeout(() => { server.retryTimer = null; refresh(); }, server.retry);
   server.retry = Math.min(server.retry * 2, 5000);
 }
-let modelsAsked = 0;  // /v1/models requests so far (probeAuth, refreshModels): the newest one's answer is shown
-async function probeAuth() {  // an authenticated request, so a missing or wrong key shows before the first send
-  let r;
+let modelsAsked = 0;  // /v1/models requests so far: only the newest one's answer is shown
+async function askModels() {  // GET /v1/models (throws if the server is unreachable): its response, its list, and
+  // whether it is the newest asked (two events in a row ask twice; the older answer may arrive last)
   const asked = ++modelsAsked;
-  try { r = await fetch("/v1/models", {headers: headers(), cache: "no-store"}); } catch (e) { setReachable(false); return; }
-  if (r.status === 401) server.auth = $("key").value.trim() ? "wrong" : "needed";
+  const r = await fetch("/v1/models", {headers: headers(), cache: "no-store"});
+  let models = [];
+  if (r.ok) { try { models = (await r.json()).data || []; } catch (e) { /* shown as none */ } }
+  return {r, models, newest: asked === modelsAsked};
+}
+async function probeAuth() {  // an authenticated request, so a missing or wrong key shows before the first send
+  let answer;
+  try { answer = await askModels(); } catch (e) { setReachable(false); return; }
+  if (answer.r.status === 401) server.auth = $("key").value.trim() ? "wrong" : "needed";
   else {
     server.auth = "ok";
-    let models = [];
-    if (r.ok) { try { models = (await r.json()).data || []; } catch (e) { /* shown as none */ } }
-    if (asked === modelsAsked) server.models = models;  // else a newer list is on its way (refreshModels)
+    if (answer.r.ok && answer.newest) server.models = answer.models;
   }
   showAuth(); fillPicker(); showHealth(); showBanner();
 }
 async function refreshModels() {  // a model loaded, unloaded or pulled: the picker shows it
   if (server.auth !== "ok") return;
-  const asked = ++modelsAsked;
-  let models;
-  try {
-    const r = await fetch("/v1/models", {headers: headers(), cache: "no-store"});
-    if (!r.ok) return;
-    models = (await r.json()).data || [];
-  } catch (e) { return; }
-  // two events in a row ask twice; an older answer arriving last would show the state before the newer event
-  if (asked !== modelsAsked) return;
-  server.models = models;
+  let answer;
+  try { answer = await askModels(); } catch (e) { return; }
+  if (!answer.r.ok || !answer.newest) return;
+  server.models = answer.models;
   fillPicker(); showHealth();
 }
 function showAuth() {
