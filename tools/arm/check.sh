@@ -133,7 +133,7 @@ python3 tools/arm/compare_answers.py "$OUT/answers-x86.json" "$OUT/answers-arm64
 
 step "tests under emulation (-cpu $ARM_CPU), bounded to ${TIMEOUT}s: ${TESTS[*]}"
 set +e
-in_root /bin/sh -c "cd /work/mnn-engine-$MODE && QEMU_CPU=$ARM_CPU timeout $TIMEOUT $VENV/bin/pytest -q \
+in_root /bin/sh -c "cd /work/mnn-engine-$MODE && QEMU_CPU=$ARM_CPU timeout $TIMEOUT $VENV/bin/pytest -q -rA \
   -p no:cacheprovider -m 'not slow' ${TESTS[*]}" 2>&1 | tee "$OUT/pytest.log" | tail -15
 status=${PIPESTATUS[0]}
 set -e
@@ -142,13 +142,17 @@ if [ "$status" = 124 ]; then # timeout stopped pytest before its summary: count 
   summary="stopped by the ${TIMEOUT}s bound after $(grep -o '[.FEsx]' <(grep -vE 'passed|failed|^=' "$OUT/pytest.log") |
     sort | uniq -c | tr -s ' \n' ' ')"
 fi
-python3 - "$OUT" "$status" "$summary" "$COMMIT" "$MODE" "$QEMU_VERSION -cpu $ARM_CPU" <<'EOF'
-import json, sys, time
-out, status, summary, commit, mode, qemu = sys.argv[1:]
+python3 - "$OUT" "$status" "$summary" "$COMMIT" "$MODE" "$QEMU_VERSION -cpu $ARM_CPU" "${TESTS[*]}" <<'EOF'
+import json, re, sys, time
+out, status, summary, commit, mode, qemu, asked = sys.argv[1:]
 def lines(name):
     return open(f"{out}/{name}").read().strip().splitlines()
 result = {"date": time.strftime("%Y-%m-%d %H:%M"), "commit": commit, "mode": mode, "qemu": qemu, "pytest_status": int(status),
-          "summary": summary, "build_info": json.load(open(f"{out}/build_info.json")),
+          "summary": summary, "tests_asked": asked.split(),
+          # -rA's short summary: each test's outcome by its node id (what "3 passed" was)
+          "outcomes": [m.group(0) for m in re.finditer(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) \S+",
+                                                        open(f"{out}/pytest.log").read(), re.M)],
+          "build_info": json.load(open(f"{out}/build_info.json")),
           "cpu_features": "\n".join(lines("cpu_features.txt")), "answers": lines("answers.txt"),
           "kernels": lines("kernels.txt"), "kernel_in_use": lines("kernel_in_use.txt")}
 json.dump(result, open(f"{out}/result.json", "w"), indent=1)
