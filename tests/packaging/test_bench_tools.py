@@ -79,7 +79,9 @@ def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkey
                     "## Structured output", "## Speculative decoding", "## The batch-exactness patch",
                     "## A lone row's float GEMM", "## The AVX-512 VNNI int8 GEMMs",
                     "## The vector input sums: what patch 0005 saves",
-                    "## The thread pool's waits: what patch 0007 saves", "## The int8 GEMMs' input sums",
+                    "## The thread pool's waits: what patch 0007 saves",
+                    "## The int4 kernels' weight prefetch: what patch 0008 saves",
+                    "## The int8 GEMMs' input sums",
                     "## MNN's AVX-512 kernels against its AVX2 kernels", "## Long answers: the KV cache's growth",
                     "## Prefill chunk size", "## Memory of the phone's path", "## Quality of the exports"):
         assert heading in text, heading

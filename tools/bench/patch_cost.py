@@ -5,9 +5,9 @@ Usage: python tools/bench/patch_cost.py [--patch 0002] [--unpatched DIR] [--mode
                                         [--rounds 10] [--kernels avx2]
 
 ``--patch`` names the patch left out of the baseline (default 0002, the
-batch-exactness patch, whose cost issue #47 bounds; 0005, a faster kernel, and
-0007, the thread pool's waits, are measured the same way and saved apart, in
-patch_cost_PATCH.json).
+batch-exactness patch, whose cost issue #47 bounds; 0005, a faster kernel,
+0007, the thread pool's waits, and 0008, the int4 kernels' prefetch, are
+measured the same way and saved apart, in patch_cost_PATCH.json).
 
 DIR holds a ``libMNN.so`` built as the default build's but without the patch
 (subprojects/packagefiles/MNN/0002-batch-independent-rows.patch by default):
@@ -21,6 +21,12 @@ prefill chunks for both), the
 two builds alternate round by round, and the report gives paired ratios
 (patched / unpatched, per round, median). Target (issue #47): both within 2 %, on
 every kind of CPU; a run replaces the kept one of its CPU kind only.
+
+``--weights mapped`` loads as the engine loads a store model (the weights
+mapped from a prepared cache, file pages) instead of MNN's own load into
+anonymous memory: patch 0008 (the int4 kernels prefetch their weights) saves
+more there, where a core's prefetcher stops at every 4 KiB page. The row's CPU
+kind names it, so it is kept beside the in-memory run.
 
 ``--kernels avx2`` measures the kernels an AVX2-only CPU runs on a CPU that
 also has AVX-512: both libraries are then built with ``-DMNN_AVX512=OFF``
@@ -37,6 +43,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from common import (  # tools/bench is on sys.path
@@ -53,14 +60,22 @@ from common import (  # tools/bench is on sys.path
 )
 
 AVX2_KERNELS = REPO / "build" / "avx2-kernels"
+WEIGHTS = {"memory": "weights in memory (MNN's own load)",
+           "mapped": "weights mapped from the prepared cache (the engine's default)"}
 AVX512_SYMBOL = b"_AVX512_MNNGemmInt8AddBiasScale"  # a kernel only a libMNN with AVX-512 code holds
 
 WORKER = """
 import json, sys
-from mnn_engine import Llm, _mnn
-path, gen, prompt_words = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+from pathlib import Path
+from mnn_engine import Llm, LoadOptions, _mnn
+from mnn_engine.store.models import prepare_cache
+path, gen, prompt_words, cache = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 _mnn.set_prefill_chunk(64)  # the same chunks for both builds (batch_exact picks larger ones when it holds)
-with Llm(path, thread_num=2, prompt_cache=False, speculative="off") as llm:
+arguments = {"thread_num": 2, "prompt_cache": False, "speculative": "off"}
+if cache:  # as the engine loads a store model: the weights mapped from the prepared cache
+    prepare_cache(Path(cache), Path(path))
+    arguments = LoadOptions(threads=2, prompt_cache=False, speculative="off").llm_arguments(Path(cache))
+with Llm(path, **arguments) as llm:
     prompt = llm.tokenize(("The lighthouse keeper watched the ships pass in the storm. " * 64))[:prompt_words]
     llm.generate(prompt[:32], temperature=0, max_tokens=8, ignore_eos=True)  # warm-up
     long = llm.generate(prompt, temperature=0, max_tokens=1)
@@ -70,8 +85,9 @@ with Llm(path, thread_num=2, prompt_cache=False, speculative="off") as llm:
 """
 
 
-def run(path: str, gen: int, prompt: int, libdir: str | Path | None) -> dict:
-    return run_worker(WORKER, path, gen, prompt, env=libmnn_env(libdir))
+def run(path: str, gen: int, prompt: int, libdir: str | Path | None, cache: Path | None = None) -> dict:
+    """One measurement in a fresh process; ``cache``: map the weights from this prepared cache."""
+    return run_worker(WORKER, path, gen, prompt, cache or "", env=libmnn_env(libdir))
 
 
 def main() -> None:
@@ -85,6 +101,9 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=512, help="prefill length (tokens)")
     parser.add_argument("--kernels", choices=["native", "avx2"], default="native",
                         help="avx2: both builds without AVX-512 code (what an AVX2-only CPU runs)")
+    parser.add_argument("--weights", choices=list(WEIGHTS), default="memory",
+                        help="mapped: the weights mapped from a prepared cache, as the engine loads a store model "
+                             "(memory: MNN's own load into anonymous memory)")
     args = parser.parse_args()
     kind = machine()["cpu"]
     if args.kernels == "avx2":
@@ -95,12 +114,18 @@ def main() -> None:
         if not (libs["unpatched"] / "libMNN.so").is_file():
             sys.exit(f"no libMNN.so in {libs['unpatched']}")
 
+    if args.weights != "memory":
+        kind += f", {WEIGHTS[args.weights]}"
+
     results = {}
+    scratch = tempfile.TemporaryDirectory(prefix="patch-cost-")
     for model in args.models:
         path = str(test_model(model))
         runs: dict[str, list[dict]] = {"patched": [], "unpatched": []}
+        # a prepared cache per build and model: what a load caches is keyed by the library among other things
+        caches = {b: Path(scratch.name) / f"{model}-{b}" if args.weights == "mapped" else None for b in libs}
         for build in alternating(args.rounds, list(libs)):
-            runs[build].append(run(path, args.gen, args.prompt, libs[build]))
+            runs[build].append(run(path, args.gen, args.prompt, libs[build], caches[build]))
         exact = {b: {x["batch_exact"] for x in runs[b]} for b in runs}
         row = {"batch_exact": {b: sorted(v) for b, v in exact.items()}}
         for key in ("decode_tps", "prefill_tps"):
@@ -112,7 +137,9 @@ def main() -> None:
               f"({row['decode_tps']['ratio']:.3f}x), prefill {row['prefill_tps']['patched']:.0f} vs "
               f"{row['prefill_tps']['unpatched']:.0f} tok/s ({row['prefill_tps']['ratio']:.3f}x); "
               f"batch_exact {row['batch_exact']}", flush=True)
-    report = {"machine": machine() | {"cpu": kind}, "patch": args.patch, "kernels": args.kernels, "gen": args.gen,
+    scratch.cleanup()
+    report = {"machine": machine() | {"cpu": kind}, "patch": args.patch, "kernels": args.kernels,
+              "weights": args.weights, "gen": args.gen,
               "prompt": args.prompt, "rounds": args.rounds, "models": results}
     name = result_name(args.patch)
     print(f"saved {save(name, by_cpu(name, report))}")

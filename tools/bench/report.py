@@ -383,7 +383,8 @@ def _patch_runs(data: dict[str, Any], title: str, what: str) -> list[str]:
              f"{what} Our MNN against the same MNN without the patch (`tools/mnn/build_unpatched.sh {patch}`), "
              "one install, the library swapped by `LD_LIBRARY_PATH`; "
              f"a fresh process per measurement, the builds alternating, {first['rounds']} rounds; int4 low-memory "
-             f"mode, 2 threads, speculation and the prompt cache off, 64-token prefill chunks. Decode: "
+             "mode (the weights loaded into memory by MNN unless the row says they were mapped), 2 threads, "
+             "speculation and the prompt cache off, 64-token prefill chunks. Decode: "
              f"{first['gen']} greedy tokens after a 16-token prompt; prefill: a {first['prompt']}-token prompt. "
              "Ratios: patched / unpatched, the median of per-round ratios. One run per kind of CPU (the kernels "
              "differ per instruction set; \"AVX2 kernels\": both libraries built without AVX-512 code, so MNN "
@@ -417,6 +418,13 @@ def patch_0007_section(data: dict[str, Any]) -> list[str]:
                        "Patch `0007-thread-pool-pauses-before-yielding` makes MNN's pool threads look at their task "
                        "flags again after a CPU pause, 2,048 times, before yielding the core (MNN: a `sched_yield` "
                        "system call between every two looks).")
+
+
+def patch_0008_section(data: dict[str, Any]) -> list[str]:
+    return _patch_runs(data, "The int4 kernels' weight prefetch: what patch 0008 saves",
+                       "Patch `0008-int4-gemm-prefetches-its-weights` makes MNN's x86 int4 GEMM kernels (AVX-512 "
+                       "VNNI, AVX2) ask for their weights' cache lines 6 KiB ahead of the step that reads them; "
+                       "every result is the same bit for bit.")
 
 
 def x86_kernels_section(data: dict[str, Any]) -> list[str]:
@@ -739,6 +747,7 @@ def main() -> None:
                 ("one_row_kernels", one_row_kernels_section),
                 ("vnni_gemm", vnni_gemm_section), ("patch_cost_0005", patch_0005_section),
                 ("patch_cost_0007", patch_0007_section),
+                ("patch_cost_0008", patch_0008_section),
                 ("sum_by_axis", sum_by_axis_section), ("x86_kernels", x86_kernels_section),
                 ("kv_growth", kv_growth_section),
                 ("prefill_chunk", prefill_chunk_section), ("arm_memory", arm_memory_section),
