@@ -16,7 +16,8 @@ DIR holds a ``libMNN.so`` built as the default build's but without the patch
 builds in ~25 min, a few with ccache).
 The extension finds libMNN through its RUNPATH, which ``LD_LIBRARY_PATH``
 overrides, so one install runs both. Every measurement is a fresh process
-(int4 low-memory mode, speculation and the prompt cache off, 2 threads, 64-token
+(int4 low-memory mode, speculation and the prompt cache off, 2 threads unless
+``--threads`` says otherwise (the row then names it), 64-token
 prefill chunks for both), the
 two builds alternate round by round, and the report gives paired ratios
 (patched / unpatched, per round, median). Target (issue #47): both within 2 %, on
@@ -69,12 +70,12 @@ import json, sys
 from pathlib import Path
 from mnn_engine import Llm, LoadOptions, _mnn
 from mnn_engine.store.models import prepare_cache
-path, gen, prompt_words, cache = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+path, gen, prompt_words, cache, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 _mnn.set_prefill_chunk(64)  # the same chunks for both builds (batch_exact picks larger ones when it holds)
-arguments = {"thread_num": 2, "prompt_cache": False, "speculative": "off"}
+arguments = {"thread_num": threads, "prompt_cache": False, "speculative": "off"}
 if cache:  # as the engine loads a store model: the weights mapped from the prepared cache
     prepare_cache(Path(cache), Path(path))
-    arguments = LoadOptions(threads=2, prompt_cache=False, speculative="off").llm_arguments(Path(cache))
+    arguments = LoadOptions(threads=threads, prompt_cache=False, speculative="off").llm_arguments(Path(cache))
 with Llm(path, **arguments) as llm:
     prompt = llm.tokenize(("The lighthouse keeper watched the ships pass in the storm. " * 64))[:prompt_words]
     llm.generate(prompt[:32], temperature=0, max_tokens=8, ignore_eos=True)  # warm-up
@@ -85,9 +86,10 @@ with Llm(path, **arguments) as llm:
 """
 
 
-def run(path: str, gen: int, prompt: int, libdir: str | Path | None, cache: Path | None = None) -> dict:
+def run(path: str, gen: int, prompt: int, libdir: str | Path | None, cache: Path | None = None,
+        threads: int = 2) -> dict:
     """One measurement in a fresh process; ``cache``: map the weights from this prepared cache."""
-    return run_worker(WORKER, path, gen, prompt, cache or "", env=libmnn_env(libdir))
+    return run_worker(WORKER, path, gen, prompt, cache or "", threads, env=libmnn_env(libdir))
 
 
 def main() -> None:
@@ -104,6 +106,7 @@ def main() -> None:
     parser.add_argument("--weights", choices=list(WEIGHTS), default="memory",
                         help="mapped: the weights mapped from a prepared cache, as the engine loads a store model "
                              "(memory: MNN's own load into anonymous memory)")
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     kind = machine()["cpu"]
     if args.kernels == "avx2":
@@ -116,6 +119,8 @@ def main() -> None:
 
     if args.weights != "memory":
         kind += f", {WEIGHTS[args.weights]}"
+    if args.threads != 2:  # the rows name a thread count other than the usual one
+        kind += f", {args.threads} thread{'s' if args.threads > 1 else ''}"
 
     results = {}
     scratch = tempfile.TemporaryDirectory(prefix="patch-cost-")
@@ -125,7 +130,7 @@ def main() -> None:
         # a prepared cache per build and model: what a load caches is keyed by the library among other things
         caches = {b: Path(scratch.name) / f"{model}-{b}" if args.weights == "mapped" else None for b in libs}
         for build in alternating(args.rounds, list(libs)):
-            runs[build].append(run(path, args.gen, args.prompt, libs[build], caches[build]))
+            runs[build].append(run(path, args.gen, args.prompt, libs[build], caches[build], args.threads))
         exact = {b: {x["batch_exact"] for x in runs[b]} for b in runs}
         row = {"batch_exact": {b: sorted(v) for b, v in exact.items()}}
         for key in ("decode_tps", "prefill_tps"):
@@ -139,7 +144,7 @@ def main() -> None:
               f"batch_exact {row['batch_exact']}", flush=True)
     scratch.cleanup()
     report = {"machine": machine() | {"cpu": kind}, "patch": args.patch, "kernels": args.kernels,
-              "weights": args.weights, "gen": args.gen,
+              "weights": args.weights, "threads": args.threads, "gen": args.gen,
               "prompt": args.prompt, "rounds": args.rounds, "models": results}
     name = result_name(args.patch)
     print(f"saved {save(name, by_cpu(name, report))}")
