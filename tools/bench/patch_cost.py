@@ -2,7 +2,7 @@
 """What an MNN patch costs (or saves): decode and prefill, patched against unpatched.
 
 Usage: python tools/bench/patch_cost.py [--patch 0002] [--unpatched DIR] [--models smollm2-135m qwen3-0.6b-shape]
-                                        [--rounds 10] [--kernels avx2]
+                                        [--rounds 10] [--kernels avx2] [--weights mapped] [--threads 2]
 
 ``--patch`` names the patch left out of the baseline (default 0002, the
 batch-exactness patch, whose cost issue #47 bounds; 0005, a faster kernel,
@@ -123,26 +123,25 @@ def main() -> None:
         kind += f", {args.threads} thread{'s' if args.threads > 1 else ''}"
 
     results = {}
-    scratch = tempfile.TemporaryDirectory(prefix="patch-cost-")
-    for model in args.models:
-        path = str(test_model(model))
-        runs: dict[str, list[dict]] = {"patched": [], "unpatched": []}
-        # a prepared cache per build and model: what a load caches is keyed by the library among other things
-        caches = {b: Path(scratch.name) / f"{model}-{b}" if args.weights == "mapped" else None for b in libs}
-        for build in alternating(args.rounds, list(libs)):
-            runs[build].append(run(path, args.gen, args.prompt, libs[build], caches[build], args.threads))
-        exact = {b: {x["batch_exact"] for x in runs[b]} for b in runs}
-        row = {"batch_exact": {b: sorted(v) for b, v in exact.items()}}
-        for key in ("decode_tps", "prefill_tps"):
-            ours = [x[key] for x in runs["patched"]]
-            base = [x[key] for x in runs["unpatched"]]
-            row[key] = {"patched": median(ours), "unpatched": median(base), "ratio": paired_ratio(ours, base)}
-        results[model] = row
-        print(f"{model}: decode {row['decode_tps']['patched']:.1f} vs {row['decode_tps']['unpatched']:.1f} tok/s "
-              f"({row['decode_tps']['ratio']:.3f}x), prefill {row['prefill_tps']['patched']:.0f} vs "
-              f"{row['prefill_tps']['unpatched']:.0f} tok/s ({row['prefill_tps']['ratio']:.3f}x); "
-              f"batch_exact {row['batch_exact']}", flush=True)
-    scratch.cleanup()
+    with tempfile.TemporaryDirectory(prefix="patch-cost-") as scratch:
+        for model in args.models:
+            path = str(test_model(model))
+            runs: dict[str, list[dict]] = {"patched": [], "unpatched": []}
+            # a prepared cache per build and model: what a load caches is keyed by the library among other things
+            caches = {b: Path(scratch) / f"{model}-{b}" if args.weights == "mapped" else None for b in libs}
+            for build in alternating(args.rounds, list(libs)):
+                runs[build].append(run(path, args.gen, args.prompt, libs[build], caches[build], args.threads))
+            exact = {b: {x["batch_exact"] for x in runs[b]} for b in runs}
+            row = {"batch_exact": {b: sorted(v) for b, v in exact.items()}}
+            for key in ("decode_tps", "prefill_tps"):
+                ours = [x[key] for x in runs["patched"]]
+                base = [x[key] for x in runs["unpatched"]]
+                row[key] = {"patched": median(ours), "unpatched": median(base), "ratio": paired_ratio(ours, base)}
+            results[model] = row
+            print(f"{model}: decode {row['decode_tps']['patched']:.1f} vs {row['decode_tps']['unpatched']:.1f} tok/s "
+                  f"({row['decode_tps']['ratio']:.3f}x), prefill {row['prefill_tps']['patched']:.0f} vs "
+                  f"{row['prefill_tps']['unpatched']:.0f} tok/s ({row['prefill_tps']['ratio']:.3f}x); "
+                  f"batch_exact {row['batch_exact']}", flush=True)
     report = {"machine": machine() | {"cpu": kind}, "patch": args.patch, "kernels": args.kernels,
               "weights": args.weights, "threads": args.threads, "gen": args.gen,
               "prompt": args.prompt, "rounds": args.rounds, "models": results}
