@@ -66,7 +66,7 @@ WEIGHTS = {"memory": "weights in memory (MNN's own load)",
 AVX512_SYMBOL = b"_AVX512_MNNGemmInt8AddBiasScale"  # a kernel only a libMNN with AVX-512 code holds
 
 WORKER = """
-import json, sys
+import hashlib, json, sys
 from pathlib import Path
 from mnn_engine import Llm, LoadOptions, _mnn
 from mnn_engine.store.models import prepare_cache
@@ -82,7 +82,8 @@ with Llm(path, **arguments) as llm:
     long = llm.generate(prompt, temperature=0, max_tokens=1)
     short = llm.generate(prompt[:16], temperature=0, max_tokens=gen, ignore_eos=True)
     print(json.dumps({"batch_exact": llm.batch_exact, "prefill_tps": long.prefill_tokens_per_second,
-                      "decode_tps": short.decode_tokens_per_second}))
+                      "decode_tps": short.decode_tokens_per_second,
+                      "tokens": hashlib.sha256(repr(short.token_ids).encode()).hexdigest()[:16]}))
 """
 
 
@@ -132,7 +133,9 @@ def main() -> None:
             for build in alternating(args.rounds, list(libs)):
                 runs[build].append(run(path, args.gen, args.prompt, libs[build], caches[build], args.threads))
             exact = {b: {x["batch_exact"] for x in runs[b]} for b in runs}
-            row = {"batch_exact": {b: sorted(v) for b, v in exact.items()}}
+            # one greedy answer from every run of both builds: a patch that keeps the bits changes no token
+            row = {"batch_exact": {b: sorted(v) for b, v in exact.items()},
+                   "same_tokens": len({x["tokens"] for b in runs for x in runs[b]}) == 1}
             for key in ("decode_tps", "prefill_tps"):
                 ours = [x[key] for x in runs["patched"]]
                 base = [x[key] for x in runs["unpatched"]]
@@ -141,7 +144,7 @@ def main() -> None:
             print(f"{model}: decode {row['decode_tps']['patched']:.1f} vs {row['decode_tps']['unpatched']:.1f} tok/s "
                   f"({row['decode_tps']['ratio']:.3f}x), prefill {row['prefill_tps']['patched']:.0f} vs "
                   f"{row['prefill_tps']['unpatched']:.0f} tok/s ({row['prefill_tps']['ratio']:.3f}x); "
-                  f"batch_exact {row['batch_exact']}", flush=True)
+                  f"batch_exact {row['batch_exact']}; same tokens: {row['same_tokens']}", flush=True)
     report = {"machine": machine() | {"cpu": kind}, "patch": args.patch, "kernels": args.kernels,
               "weights": args.weights, "threads": args.threads, "gen": args.gen,
               "prompt": args.prompt, "rounds": args.rounds, "models": results}
