@@ -6,8 +6,9 @@ Usage: python tools/bench/patch_cost.py [--patch 0002] [--unpatched DIR] [--mode
 
 ``--patch`` names the patch left out of the baseline (default 0002, the
 batch-exactness patch, whose cost issue #47 bounds; 0005, a faster kernel,
-0007, the thread pool's waits, and 0008, the int4 kernels' prefetch, are
-measured the same way and saved apart, in patch_cost_PATCH.json).
+0007, the thread pool's waits, 0008, the int4 kernels' prefetch, and 0009,
+decode's attention reading a key/value head once, are measured the same way
+and saved apart, in patch_cost_PATCH.json).
 
 DIR holds a ``libMNN.so`` built as the default build's but without the patch
 (subprojects/packagefiles/MNN/0002-batch-independent-rows.patch by default):
@@ -21,7 +22,10 @@ overrides, so one install runs both. Every measurement is a fresh process
 prefill chunks for both), the
 two builds alternate round by round, and the report gives paired ratios
 (patched / unpatched, per round, median). Target (issue #47): both within 2 %, on
-every kind of CPU; a run replaces the kept one of its CPU kind only.
+every kind of CPU; a run replaces the kept one of its CPU kind only. ``--gen``
+(default 256 tokens after a 16-token prompt) sets how long the measured answer
+is, so how long a cache its last tokens attend to; another length names itself
+in the row.
 
 ``--weights mapped`` loads as the engine loads a store model (the weights
 mapped from a prepared cache, file pages) instead of MNN's own load into
@@ -122,6 +126,8 @@ def main() -> None:
         kind += f", {WEIGHTS[args.weights]}"
     if args.threads != 2:  # the rows name a thread count other than the usual one
         kind += f", {args.threads} thread{'s' if args.threads > 1 else ''}"
+    if args.gen != 256:  # and an answer's length other than the usual one (a longer one decodes on a longer cache)
+        kind += f", {args.gen} tokens decoded"
 
     results = {}
     with tempfile.TemporaryDirectory(prefix="patch-cost-") as scratch:

@@ -16,6 +16,8 @@ SUITE = ["engine.py", "http_stream.py", "memory.py", "ceiling.py", "peers.py", "
          "structured.py", "speculative.py", "patch_cost.py", ("patch_cost.py", "--patch", "0005"),
          ("patch_cost.py", "--patch", "0007"), ("patch_cost.py", "--patch", "0008"),
          ("patch_cost.py", "--patch", "0008", "--weights", "mapped"),
+         ("patch_cost.py", "--patch", "0009", "--weights", "mapped"),
+         ("patch_cost.py", "--patch", "0009", "--weights", "mapped", "--gen", "1024"),
          "one_row_kernels.py", "vnni_gemm.py", "sum_by_axis.py", "x86_kernels.py", "kv_growth.py",
          "prefill_chunk.py"]
 
