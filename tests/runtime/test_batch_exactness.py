@@ -12,7 +12,10 @@ at a random position among random others, after a prompt, in the int4
 low-memory mode (the default) and with float weights; one case runs past
 MNN's 64-position attention block so the blocked softmax is crossed too, and
 prefill-sized batches (64..300 tokens, where MNN's float path cuts its sums
-for the cache) are checked against 64-token chunks.
+for the cache) are checked against 64-token chunks. A row alone decodes with
+patch 0009's attention (a KV head's query heads as the rows of one pass)
+where the KV heads divide among the threads: the tiny model on 2 threads,
+SmolLM2 on 1 or 3; a batch's rows take MNN's pass per head.
 """
 
 from __future__ import annotations
@@ -52,11 +55,11 @@ def _differing_rows(alone: bytes, batched: bytes, rows: int) -> list[int]:
     return [r for r in range(rows) if alone[r * width:(r + 1) * width] != batched[r * width:(r + 1) * width]]
 
 
-def _check(model: str, prompt_tokens: int, seed: int, **config: object) -> None:
+def _check(model: str, prompt_tokens: int, seed: int, threads: int = 2, **config: object) -> None:
     """Rows alone against every partition. Where patch 0002 is checked (our
     MNN on x86-64) they must be identical; anywhere else the load-time check
     must not claim what they refute (``batch_exact`` True only if identical)."""
-    with Llm(test_model_dir(model), thread_num=2, speculative="off", **config) as llm:
+    with Llm(test_model_dir(model), thread_num=threads, speculative="off", **config) as llm:
         ids = llm.tokenize(PROMPT * 12)
         assert len(ids) >= prompt_tokens + ROWS
         prompt, tail = ids[:prompt_tokens], ids[prompt_tokens:prompt_tokens + ROWS]
@@ -115,6 +118,14 @@ def test_rows_are_the_same_whatever_the_kv_cache_grew_through():
 def test_rows_are_batch_independent_past_an_attention_block():
     # 60 prompt tokens + 48 rows: kv crosses MNN_FLASH_ATTENTION_BLOCK_SIZE (64)
     _check("tiny", prompt_tokens=60, seed=2)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_rows_are_batch_independent_with_three_query_heads_a_pass(threads):
+    """Patch 0009: a decoding token's query heads that share a KV head are the rows of one pass where the KV heads
+    divide evenly among the threads (the tiny model's 2 on 2 threads above: two rows a pass). SmolLM2 has 9 query
+    heads on 3: on 1 or 3 threads, three rows a pass, each the row a batch (MNN's pass per head) gives."""
+    _check("smollm2-135m", prompt_tokens=20, seed=4, threads=threads)
 
 
 @pytest.mark.slow
