@@ -379,10 +379,12 @@ def _patch_runs(data: dict[str, Any], title: str, what: str) -> list[str]:
     runs = data["by_cpu"]
     first = next(iter(runs.values()))
     patch = first.get("patch", "0002")
+    counts = sorted({run["rounds"] for run in runs.values()})
+    rounds = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]} (per row's run)"
     lines = [f"## {title} (`tools/bench/patch_cost.py{'' if patch == '0002' else ' --patch ' + patch}`)", "",
              f"{what} Our MNN against the same MNN without the patch (`tools/mnn/build_unpatched.sh {patch}`), "
              "one install, the library swapped by `LD_LIBRARY_PATH`; "
-             f"a fresh process per measurement, the builds alternating, {first['rounds']} rounds; int4 low-memory "
+             f"a fresh process per measurement, the builds alternating, {rounds} rounds; int4 low-memory "
              "mode (the weights loaded into memory by MNN unless the row says they were mapped), 2 threads unless the "
              "row says otherwise, "
              "speculation and the prompt cache off, 64-token prefill chunks. Decode: "
