@@ -82,6 +82,7 @@ def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkey
                     "## The thread pool's waits: what patch 0007 saves",
                     "## The int4 kernels' weight prefetch: what patch 0008 saves",
                     "## Decode's attention reading each KV head once: what patch 0009 saves",
+                    "## The float few-row kernels' prefetch: what patch 0010 saves",
                     "## The int8 GEMMs' input sums",
                     "## MNN's AVX-512 kernels against its AVX2 kernels", "## Long answers: the KV cache's growth",
                     "## Prefill chunk size", "## Memory of the phone's path", "## Quality of the exports"):

@@ -443,6 +443,14 @@ def patch_0009_section(data: dict[str, Any]) -> list[str]:
                        "the answer's length.")
 
 
+def patch_0010_section(data: dict[str, Any]) -> list[str]:
+    return _patch_runs(data, "The float few-row kernels' prefetch: what patch 0010 saves",
+                       "Patch `0010-float-few-row-kernels-prefetch-the-next-group` makes the AVX-512 build's float "
+                       "GEMM kernels for 2, 3, 4 and 8 rows ask, at each step, for the lines the same step of the next "
+                       "group of column blocks reads (decode attention's cache blocks, with patch 0009's grouped "
+                       "query heads as the rows); every result is the same bit for bit.")
+
+
 def x86_kernels_section(data: dict[str, Any]) -> list[str]:
     lines = ["## MNN's AVX-512 kernels against its AVX2 kernels (`tools/bench/x86_kernels.py`)", "",
              "The same engine with our libMNN and with it built without AVX-512 code (what MNN runs on an "
@@ -770,6 +778,7 @@ def main() -> None:
                 ("patch_cost_0007", patch_0007_section),
                 ("patch_cost_0008", patch_0008_section),
                 ("patch_cost_0009", patch_0009_section),
+                ("patch_cost_0010", patch_0010_section),
                 ("sum_by_axis", sum_by_axis_section), ("x86_kernels", x86_kernels_section),
                 ("kv_growth", kv_growth_section),
                 ("prefill_chunk", prefill_chunk_section), ("arm_memory", arm_memory_section),
