@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -409,46 +410,39 @@ def _patch_runs(data: dict[str, Any], title: str, what: str) -> list[str]:
     return lines
 
 
-def patch_cost_section(data: dict[str, Any]) -> list[str]:
-    return _patch_runs(data, "The batch-exactness patch: what it costs",
-                       "Patch `0002-batch-independent-rows` makes a row's result independent of its batch.")
+#: patch_cost_PATCH.json -> (the section's title, what the patch does): one section per measured patch
+PATCH_SECTIONS = {
+    "patch_cost": ("The batch-exactness patch: what it costs",
+                   "Patch `0002-batch-independent-rows` makes a row's result independent of its batch."),
+    "patch_cost_0005": ("The vector input sums: what patch 0005 saves in the engine",
+                        "Patch `0005-avx2-input-sums-for-int8-gemm` computes the int8 GEMMs' input sums with "
+                        "AVX2 on x86 (MNN: a byte at a time in C)."),
+    "patch_cost_0007": ("The thread pool's waits: what patch 0007 saves",
+                        "Patch `0007-thread-pool-pauses-before-yielding` makes MNN's pool threads look at their task "
+                        "flags again after a CPU pause, 2,048 times, before yielding the core (MNN: a `sched_yield` "
+                        "system call between every two looks)."),
+    "patch_cost_0008": ("The int4 kernels' weight prefetch: what patch 0008 saves",
+                        "Patch `0008-int4-gemm-prefetches-its-weights` makes MNN's x86 int4 GEMM kernels (AVX-512 "
+                        "VNNI, AVX2) ask for their weights' cache lines 6 KiB ahead of the step that reads them; "
+                        "every result is the same bit for bit."),
+    "patch_cost_0009": ("Decode's attention reading each KV head once: what patch 0009 saves",
+                        "Patch `0009-attention-reads-a-kv-head-once-per-token` computes a decoding token's query "
+                        "heads that share a key/value head (grouped-query attention: 2 per KV head in the Qwen3 "
+                        "shape, 3 in SmolLM2) as the rows of one product against that head's cache, which MNN read "
+                        "once per query head; every result is the same bit for bit. Its saving grows with the cache, "
+                        "so with the answer's length."),
+    "patch_cost_0010": ("The float few-row kernels' prefetch: what patch 0010 saves",
+                        "Patch `0010-float-few-row-kernels-prefetch-the-next-group` makes the AVX-512 build's float "
+                        "GEMM kernels for 2, 3, 4 and 8 rows ask, at each step, for the lines the same step of the "
+                        "next group of column blocks reads (decode attention's cache blocks, with patch 0009's "
+                        "grouped query heads as the rows); every result is the same bit for bit."),
+}
 
 
-def patch_0005_section(data: dict[str, Any]) -> list[str]:
-    return _patch_runs(data, "The vector input sums: what patch 0005 saves in the engine",
-                       "Patch `0005-avx2-input-sums-for-int8-gemm` computes the int8 GEMMs' input sums with "
-                       "AVX2 on x86 (MNN: a byte at a time in C).")
-
-
-def patch_0007_section(data: dict[str, Any]) -> list[str]:
-    return _patch_runs(data, "The thread pool's waits: what patch 0007 saves",
-                       "Patch `0007-thread-pool-pauses-before-yielding` makes MNN's pool threads look at their task "
-                       "flags again after a CPU pause, 2,048 times, before yielding the core (MNN: a `sched_yield` "
-                       "system call between every two looks).")
-
-
-def patch_0008_section(data: dict[str, Any]) -> list[str]:
-    return _patch_runs(data, "The int4 kernels' weight prefetch: what patch 0008 saves",
-                       "Patch `0008-int4-gemm-prefetches-its-weights` makes MNN's x86 int4 GEMM kernels (AVX-512 "
-                       "VNNI, AVX2) ask for their weights' cache lines 6 KiB ahead of the step that reads them; "
-                       "every result is the same bit for bit.")
-
-
-def patch_0009_section(data: dict[str, Any]) -> list[str]:
-    return _patch_runs(data, "Decode's attention reading each KV head once: what patch 0009 saves",
-                       "Patch `0009-attention-reads-a-kv-head-once-per-token` computes a decoding token's query heads "
-                       "that share a key/value head (grouped-query attention: 2 per KV head in the Qwen3 shape, 3 in "
-                       "SmolLM2) as the rows of one product against that head's cache, which MNN read once per "
-                       "query head; every result is the same bit for bit. Its saving grows with the cache, so with "
-                       "the answer's length.")
-
-
-def patch_0010_section(data: dict[str, Any]) -> list[str]:
-    return _patch_runs(data, "The float few-row kernels' prefetch: what patch 0010 saves",
-                       "Patch `0010-float-few-row-kernels-prefetch-the-next-group` makes the AVX-512 build's float "
-                       "GEMM kernels for 2, 3, 4 and 8 rows ask, at each step, for the lines the same step of the next "
-                       "group of column blocks reads (decode attention's cache blocks, with patch 0009's grouped "
-                       "query heads as the rows); every result is the same bit for bit.")
+def patch_section(name: str) -> Callable[[dict[str, Any]], list[str]]:
+    """The report section of patch_cost's results file ``name`` (a key of PATCH_SECTIONS)."""
+    title, what = PATCH_SECTIONS[name]
+    return lambda data: _patch_runs(data, title, what)
 
 
 def x86_kernels_section(data: dict[str, Any]) -> list[str]:
@@ -772,13 +766,13 @@ def main() -> None:
                 ("kv_quality", kv_quality_section), ("profile", profile_section),
                 ("conversation", conversation_section), ("cache_exactness", cache_exactness_section),
                 ("threads", threads_section), ("structured", structured_section),
-                ("speculative", speculative_section), ("patch_cost", patch_cost_section),
+                ("speculative", speculative_section), ("patch_cost", patch_section("patch_cost")),
                 ("one_row_kernels", one_row_kernels_section),
-                ("vnni_gemm", vnni_gemm_section), ("patch_cost_0005", patch_0005_section),
-                ("patch_cost_0007", patch_0007_section),
-                ("patch_cost_0008", patch_0008_section),
-                ("patch_cost_0009", patch_0009_section),
-                ("patch_cost_0010", patch_0010_section),
+                ("vnni_gemm", vnni_gemm_section), ("patch_cost_0005", patch_section("patch_cost_0005")),
+                ("patch_cost_0007", patch_section("patch_cost_0007")),
+                ("patch_cost_0008", patch_section("patch_cost_0008")),
+                ("patch_cost_0009", patch_section("patch_cost_0009")),
+                ("patch_cost_0010", patch_section("patch_cost_0010")),
                 ("sum_by_axis", sum_by_axis_section), ("x86_kernels", x86_kernels_section),
                 ("kv_growth", kv_growth_section),
                 ("prefill_chunk", prefill_chunk_section), ("arm_memory", arm_memory_section),
