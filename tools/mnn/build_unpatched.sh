@@ -2,9 +2,10 @@
 # Build libMNN as our default build does, but without some of our patches: the
 # baseline a patch's cost is measured against (tools/bench/patch_cost.py).
 #   tools/mnn/build_unpatched.sh PATCH_PREFIX [BUILD_DIR] [OUT]
-# PATCH_PREFIX: the patches to leave out (e.g. 0002); BUILD_DIR: a configured
+# PATCH_PREFIX: the patches to leave out (e.g. 0002; with it every patch whose
+# description says "Needs: 0002"); BUILD_DIR: a configured
 # default build whose MNN CMake options are reused, so both libraries differ
-# by the patch only (default build/ci-default); OUT: where the tree, the build
+# by those patches only (default build/ci-default); OUT: where the tree, the build
 # and OUT/lib/libMNN.so go (default build/unpatched-PATCH_PREFIX). MNN comes
 # from the vendored tarball ($MNN_TARBALL, default ../shared/vendor/MNN-3.6.1.tar.gz).
 # $MNN_EXTRA_DEFINES (e.g. "-DMNN_AVX512=OFF") is passed to CMake after the
@@ -24,11 +25,16 @@ cache=$(find "$build_dir" -path '*MNN/__CMake_build/CMakeCache.txt' | head -1)
 rm -rf "$out/src"
 mkdir -p "$out/src" "$out/build" "$out/lib"
 tar -xzf "$tarball" -C "$out/src" --strip-components=1
+# a patch built on another names it in its description ("Needs: 0002 ..."): it is left out with it
 for p in "$here"/subprojects/packagefiles/MNN/*.patch; do
-  case "$(basename "$p")" in
-    "$leave_out"*) echo "left out: $(basename "$p")" ;;
-    *) patch -p1 -s -f -d "$out/src" <"$p" && echo "applied: $(basename "$p")" ;;
-  esac
+  name=$(basename "$p")
+  if [[ "$name" == "$leave_out"* ]]; then
+    echo "left out: $name"
+  elif sed '/^--- /q' "$p" | grep -qE "^Needs: (.* )?$leave_out( |$)"; then
+    echo "left out: $name (it needs $leave_out)"
+  else
+    patch -p1 -s -f -d "$out/src" <"$p" && echo "applied: $name"
+  fi
 done
 # the default build's own MNN_* / LLM_* options, as meson's CMake module set them
 mapfile -t defines < <(grep -E '^(MNN|LLM)_[A-Z0-9_]+:(BOOL|STRING)=' "$cache" | sed -E 's/^([^:]+):[A-Z]+=(.*)$/-D\1=\2/')
