@@ -12,7 +12,8 @@ few-row kernels' prefetch, are measured the same way and saved apart, in
 patch_cost_PATCH.json).
 
 DIR holds a ``libMNN.so`` built as the default build's but without the patch
-(subprojects/packagefiles/MNN/0002-batch-independent-rows.patch by default):
+(subprojects/packagefiles/MNN/0002-batch-independent-rows.patch by default) and
+the patches whose description says they need it (0009 needs 0002):
 ``tools/mnn/build_unpatched.sh 0002`` makes it, which this script runs when DIR
 (by default build/unpatched-PATCH/lib) has none (again when a patch is newer: MNN
 builds in ~25 min, a few with ccache).
