@@ -10,6 +10,7 @@ builds a GenerationSettings and wraps the GenerationOutcome it gets back.
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cython.operator cimport dereference as deref
+from libc.float cimport FLT_MAX
 from libc.math cimport INFINITY, exp, log
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp

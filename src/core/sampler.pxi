@@ -116,13 +116,18 @@ cdef class _Sampler:
         cdef int i, t
         cdef float v
         cdef double rep = self.p.repetition_penalty
+        cdef double d
         for i in range(self.vocab):
             w[i] = logits[i]
         if rep != 1.0:
             for i in range(<int>self.seen_list.size()):
                 t = self.seen_list[i]
                 v = w[t]
-                w[t] = v / rep if v > 0 else v * rep
+                # a huge penalty (1e308 passes validation) must not make a logit -inf: when a grammar allows
+                # only penalised tokens (EOS after a closed JSON object), -inf everywhere left the choice to
+                # index 0, a token the grammar refuses; the least likely stays a finite float
+                d = v / rep if v > 0 else v * rep
+                w[t] = <float>(d if d > -FLT_MAX else -FLT_MAX)
         if self.p.presence_penalty != 0.0 or self.p.frequency_penalty != 0.0:
             for i in range(<int>self.generated_list.size()):
                 t = self.generated_list[i]

@@ -646,3 +646,19 @@ def test_what_mnn_cannot_map_warm_loads_without_the_mmap_cache(tmp_path, model, 
         with Llm(test_model_dir(model), thread_num=1, use_mmap=True, tmp_path=str(tmp_path), **config) as llm:
             assert llm._mnn_overrides["use_mmap"] is False
             assert llm.generate("Hi", max_tokens=2, temperature=0).completion_tokens == 2
+
+
+def test_a_huge_repetition_penalty_leaves_the_grammar_a_token():
+    """Found by the OpenAPI fuzzer: ``repetition_penalty`` 1e308 (a valid positive number) turned every seen token's
+    logit into -inf; once a schema's object closed, the grammar allowed only EOS (seen in the chat template), so
+    every allowed logit was -inf and the choice fell to token 0, which the grammar refused (a 500). The penalised
+    logit now stays the lowest finite float: the object closes and the answer stops."""
+    schema = {"type": "object", "properties": {}, "additionalProperties": False}
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
+                {"role": "user", "content": "json"}]
+    with Llm(test_model_dir("tiny"), thread_num=2) as llm:
+        for penalty in (1.0, 1e30, 1.0730270787873989e308):
+            result = llm.generate(messages, max_tokens=8, repetition_penalty=penalty,
+                                  response_format={"type": "json_schema", "json_schema": {"name": "x",
+                                                                                          "schema": schema}})
+            assert (result.text, result.finish_reason) == ("{}", "stop"), penalty
