@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -106,11 +107,40 @@ def test_report_reads_older_peer_results(tmp_path):
         row["medians"] = {e: m for e, m in row["medians"].items() if e in ("mnn", "llama.cpp Q4_0", "llama.cpp Q4_1")}
         peer = next(e for e in row["medians"] if e != "mnn")
         row["ratios_mnn_over_peer"] = row.pop("ratios")[f"mnn / {peer}"]
+        row.pop("by_placement", None)  # recorded since the core hand-off probe
     (results / "peers.json").write_text(json.dumps(peers))
     (results / "load.json").unlink()  # older runs had no load benchmark: load time came from the peers
     lines = report.targets_section(results)
     assert any(line.startswith("| defaults: decode mnn / llama.cpp Q4_0 >= 1.3") for line in lines)
     assert any(line.startswith("| warm load <= llama.cpp") for line in lines)
+
+
+def test_core_handoff_probe_reads_where_the_two_cores_are():
+    # the real probe (tools/bench/core_handoff.c), compiled and run as peers.py runs it before each measurement
+    handoff = common.core_handoff_ns()
+    if (os.cpu_count() or 1) < 2:
+        assert handoff is None
+        return
+    assert handoff is not None and 0 < handoff < 100_000
+    assert common.placement(handoff) in ("near", "far")
+    assert [common.placement(v) for v in (None, 50.0, 370.0)] == ["unknown", "near", "far"]
+
+
+def test_peers_targets_judge_each_placement_from_its_own_samples():
+    def ratios(decode: float, prefill: float) -> dict[str, dict[str, float]]:
+        return {"mnn no-spec / llama.cpp Q4_0": {"load_s": 0.3, "prefill_tps": prefill, "decode_tps": decode}}
+
+    runs = {"mnn no-spec": 3, "llama.cpp Q4_0": 2}
+    row = {"model": "qwen3-0.6b-shape", "threads": 2, "ratios": ratios(1.35, 1.68),
+           "by_placement": {"near": {"samples": runs, "ratios": ratios(1.16, 1.73)},
+                            "far": {"samples": runs, "ratios": ratios(1.56, 1.62)}}}
+    rows = report.peers_targets({"machine": {"cpu": "AMD EPYC (AVX-512)"}, "rows": [row]})
+    met = {name.split("2 thread(s), AMD EPYC (AVX-512)")[1]: (value, ok) for name, value, ok in rows}
+    assert met[": decode without speculation >= 1.4x"] == ("1.35x", False)
+    assert met[", cores sharing a cache (3 + 2 runs): decode without speculation >= 1.4x"] == ("1.16x", False)
+    assert met[", cores sharing no cache (3 + 2 runs): decode without speculation >= 1.4x"] == ("1.56x", True)
+    assert met[", cores sharing a cache (3 + 2 runs): prefill >= 1.7x"] == ("1.73x", True)
+    assert met[": warm load time <= llama.cpp's"] == ("0.30x", True)
 
 
 def test_run_worker_runs_in_a_fresh_process_from_the_root_and_reads_its_last_line():

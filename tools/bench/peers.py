@@ -48,7 +48,16 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from common import REPO, cpu_flags, machine, median, save, test_model  # tools/bench is on sys.path
+from common import (  # tools/bench is on sys.path
+    REPO,
+    core_handoff_ns,
+    cpu_flags,
+    machine,
+    median,
+    placement,
+    save,
+    test_model,
+)
 
 from mnn_engine.cli.bench import TEXT
 
@@ -244,6 +253,20 @@ def measure(engine: str, model: Path, threads: int, prompt_len: int, gen: int) -
     return json.loads(out.strip().splitlines()[-1])
 
 
+MEASURES = ("load_s", "prefill_tps", "decode_tps")
+
+
+def medians_of(samples: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Each engine's median of each measure."""
+    return {e: {k: median([s[k] for s in v]) for k in MEASURES} for e, v in samples.items()}
+
+
+def ratios_of(engines: dict[str, Path], medians: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """"ours / peer" -> each measure's ratio of medians, for every MNN engine against every llama.cpp one."""
+    return {f"{ours} / {peer}": {k: medians[ours][k] / medians[peer][k] for k in MEASURES}
+            for ours in engines if ours in MNN_VARIANTS for peer in engines if peer not in MNN_VARIANTS}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -277,21 +300,30 @@ def main() -> None:
             for r in range(args.rounds):
                 order = list(engines) if r % 2 == 0 else list(reversed(engines))
                 for engine in order:
-                    samples[engine].append(measure(engine, engines[engine], threads, args.prompt_len, args.gen))
-            medians = {e: {k: median([s[k] for s in v]) for k in v[0]} for e, v in samples.items()}
-            ratios = {f"{ours} / {peer}": {k: medians[ours][k] / medians[peer][k] for k in medians[ours]}
-                      for ours in engines if ours in MNN_VARIANTS for peer in engines if peer not in MNN_VARIANTS}
+                    handoff = core_handoff_ns()  # where the host put the two cores just before this one
+                    sample = measure(engine, engines[engine], threads, args.prompt_len, args.gen)
+                    samples[engine].append({**sample, "handoff_ns": handoff})
+            medians = medians_of(samples)
+            ratios = ratios_of(engines, medians)
+            by_placement = {}
+            if threads > 1:  # one thread's figures do not depend on where the second core is
+                for where in ("near", "far"):
+                    kept = {e: [s for s in v if placement(s["handoff_ns"]) == where] for e, v in samples.items()}
+                    if all(kept.values()):
+                        by_placement[where] = {"samples": {e: len(v) for e, v in kept.items()},
+                                               "ratios": ratios_of(engines, medians_of(kept))}
             if args.other_build:  # this install's build against the other one
                 other = args.other_build[0]
-                ratios[f"mnn / {other}"] = {k: medians["mnn"][k] / medians[other][k] for k in medians["mnn"]}
+                ratios[f"mnn / {other}"] = {k: medians["mnn"][k] / medians[other][k] for k in MEASURES}
             rows.append({"model": model_name, "threads": threads, "medians": medians, "samples": samples,
-                         "ratios": ratios})
+                         "ratios": ratios, "by_placement": by_placement})
             for engine, m in medians.items():
                 print(f"{model_name:<18} {threads} thr  {engine:<36} load {m['load_s']:.2f} s  "
                       f"prefill {m['prefill_tps']:7.1f} tok/s  decode {m['decode_tps']:6.1f} tok/s", flush=True)
-            for peer, ratio in ratios.items():
-                print(f"{'':<18} {threads} thr  {peer:<36} load {ratio['load_s']:.2f}x  "
-                      f"prefill {ratio['prefill_tps']:.2f}x  decode {ratio['decode_tps']:.2f}x", flush=True)
+            for where, table in [("", ratios), *((f" ({w} cores)", p["ratios"]) for w, p in by_placement.items())]:
+                for peer, ratio in table.items():
+                    print(f"{'':<18} {threads} thr  {peer + where:<48} load {ratio['load_s']:.2f}x  "
+                          f"prefill {ratio['prefill_tps']:.2f}x  decode {ratio['decode_tps']:.2f}x", flush=True)
     features = {**{name: mnn_features(python) for name, python in MNN_PYTHONS.items()
                    if "kv-int8" not in name and "no-spec" not in name},
                 **{f"llama.cpp ({build})": llama_features(build) for build in BUILDS}}
