@@ -61,9 +61,19 @@ class Frontend:
             assert time.monotonic() < deadline, f"the widget never showed {what}: {self.models}"
             self.pump()
 
+    def _matching(self, model_name: str, state: dict[str, Any]) -> list[str]:
+        return [cid for cid, s in self.models.items() if s.get("_model_name") == model_name
+                and all(s.get(k) == v for k, v in state.items())]
+
     def find(self, model_name: str, **state: Any) -> str:
-        return next(cid for cid, s in self.models.items() if s.get("_model_name") == model_name
-                    and all(s.get(k) == v for k, v in state.items()))
+        return self._matching(model_name, state)[0]
+
+    def until_shown(self) -> None:
+        """Wait for every part of the chat widget: the kernel opens their comms
+        one by one, so seeing one button says nothing of the label or output."""
+        parts = [("TextareaModel", {}), ("ButtonModel", {"description": "Send"}),
+                 ("ButtonModel", {"description": "Stop"}), ("LabelModel", {}), ("OutputModel", {})]
+        self.until(lambda: all(self._matching(name, state) for name, state in parts), what="all its parts")
 
     def _send(self, comm_id: str, data: dict[str, Any]) -> None:
         self.client.shell_channel.send(self.client.session.msg("comm_msg", {"comm_id": comm_id, "data": data}))
@@ -86,7 +96,7 @@ def frontend(tmp_path, monkeypatch):
     try:
         client.execute(SETUP.format(model=str(test_model_dir("tiny"))))
         ui = Frontend(client)
-        ui.until(lambda: any(s.get("description") == "Stop" for s in ui.models.values()), what="its buttons")
+        ui.until_shown()
         yield ui
     finally:
         client.stop_channels()
@@ -167,7 +177,7 @@ def test_a_widget_on_a_store_answers_with_the_model_it_names(tmp_path, monkeypat
                                          tiny=str(test_model_dir("tiny")),
                                          adapter=str(test_model_dir("tiny-scripted-lora")), model=model))
         ui = Frontend(client)
-        ui.until(lambda: any(s.get("description") == "Send" for s in ui.models.values()), what="its buttons")
+        ui.until_shown()
         prompt, send = ui.find("TextareaModel"), ui.find("ButtonModel", description="Send")
         status, output = ui.find("LabelModel"), ui.find("OutputModel")
         ui.type(prompt, "hi")

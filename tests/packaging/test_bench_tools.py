@@ -16,6 +16,7 @@ sys.path.insert(0, str(REPO / "tools" / "bench"))
 
 import common  # noqa: E402
 import decode_profile as perf_profile  # noqa: E402
+import peers  # noqa: E402
 import report  # noqa: E402
 
 PERF_REPORT = """\
@@ -124,6 +125,9 @@ def test_core_handoff_probe_reads_where_the_two_cores_are():
     assert handoff is not None and 0 < handoff < 100_000
     assert common.placement(handoff) in ("near", "far")
     assert [common.placement(v) for v in (None, 50.0, 370.0)] == ["unknown", "near", "far"]
+    # a measurement counts for a placement only where the readings before and after it agree
+    assert [peers.sample_placement({"handoff_ns": pair}) for pair in ([50.0, 60.0], [50.0, 370.0], [400.0, 380.0])] \
+        == ["near", "moved", "far"]
 
 
 def test_peers_targets_judge_each_placement_from_its_own_samples():

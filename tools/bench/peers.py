@@ -261,6 +261,13 @@ def medians_of(samples: dict[str, list[dict[str, float]]]) -> dict[str, dict[str
     return {e: {k: median([s[k] for s in v]) for k in MEASURES} for e, v in samples.items()}
 
 
+def sample_placement(sample: dict) -> str:
+    """Where the two cores were during a measurement: the placement both readings agree on, else "moved"
+    (the host moved them while it ran)."""
+    places = {placement(v) for v in sample["handoff_ns"]}
+    return places.pop() if len(places) == 1 else "moved"
+
+
 def ratios_of(engines: dict[str, Path], medians: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     """"ours / peer" -> each measure's ratio of medians, for every MNN engine against every llama.cpp one."""
     return {f"{ours} / {peer}": {k: medians[ours][k] / medians[peer][k] for k in MEASURES}
@@ -300,15 +307,15 @@ def main() -> None:
             for r in range(args.rounds):
                 order = list(engines) if r % 2 == 0 else list(reversed(engines))
                 for engine in order:
-                    handoff = core_handoff_ns()  # where the host put the two cores just before this one
+                    before = core_handoff_ns()  # where the host put the two cores, just before and after
                     sample = measure(engine, engines[engine], threads, args.prompt_len, args.gen)
-                    samples[engine].append({**sample, "handoff_ns": handoff})
+                    samples[engine].append({**sample, "handoff_ns": [before, core_handoff_ns()]})
             medians = medians_of(samples)
             ratios = ratios_of(engines, medians)
             by_placement = {}
             if threads > 1:  # one thread's figures do not depend on where the second core is
                 for where in ("near", "far"):
-                    kept = {e: [s for s in v if placement(s["handoff_ns"]) == where] for e, v in samples.items()}
+                    kept = {e: [s for s in v if sample_placement(s) == where] for e, v in samples.items()}
                     if all(kept.values()):
                         by_placement[where] = {"samples": {e: len(v) for e, v in kept.items()},
                                                "ratios": ratios_of(engines, medians_of(kept))}
