@@ -101,7 +101,11 @@ def machine() -> dict[str, Any]:
         cpu += " (AVX2, no AVX-512)"
     import os
 
-    return {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform(), "python": platform.python_version(),
+    # the model name alone hides the generation (a Zen 4 and a Zen 5 EPYC both say "AMD EPYC" in these VMs)
+    ids = {key: next((line.split(":", 1)[1].strip() for line in info.splitlines()
+                      if line.split(":", 1)[0].strip() == key), "?") for key in ("cpu family", "model")}
+    return {"cpu": cpu, "cpu_id": f"family {ids['cpu family']} model {ids['model']}", "cores": os.cpu_count(),
+            "system": platform.platform(), "python": platform.python_version(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
