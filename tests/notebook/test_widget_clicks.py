@@ -33,7 +33,11 @@ chat
 
 class Frontend:
     """Just enough of a widget front end: the models the kernel opened, their
-    state as updated, and the messages a user's typing and clicks send."""
+    state as updated, and the messages a user's typing and clicks send. The
+    messages are the Jupyter widget protocol's, version 2 (ipywidgets'
+    packages/schema/messages.md: ``comm_open`` with the full state, ``update``
+    and ``echo_update`` for state, ``custom`` with ``{"event": "click"}`` for a
+    button), the ones @jupyter-widgets/controls sends from a browser."""
 
     def __init__(self, client: Any) -> None:
         self.client = client

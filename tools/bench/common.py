@@ -82,18 +82,25 @@ def _cpuinfo() -> str:
         return ""
 
 
+def cpuinfo_field(cpuinfo: str, *keys: str) -> str | None:
+    """The value of the first line of ``cpuinfo`` whose field is one of ``keys`` (the whole name: "model" is
+    not "model name"), or None."""
+    for line in cpuinfo.splitlines():
+        field, sep, value = line.partition(":")
+        if sep and field.strip() in keys:
+            return value.strip()
+    return None
+
+
 def cpu_flags(cpuinfo: str | None = None) -> list[str]:
     """The CPU's feature flags: the first "flags" (x86) or "Features" (ARM) line of ``cpuinfo``, by default
     /proc/cpuinfo's (none where it cannot be read)."""
-    text = _cpuinfo() if cpuinfo is None else cpuinfo
-    return next((line.split(":", 1)[1].split() for line in text.splitlines()
-                 if line.startswith(("flags", "Features"))), [])
+    return (cpuinfo_field(_cpuinfo() if cpuinfo is None else cpuinfo, "flags", "Features") or "").split()
 
 
 def machine() -> dict[str, Any]:
     info = _cpuinfo()
-    cpu = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
-               "unknown")
+    cpu = cpuinfo_field(info, "model name") or "unknown"
     flags = cpu_flags(info)
     if "avx512f" in flags:
         cpu += " (AVX-512)"
@@ -102,9 +109,8 @@ def machine() -> dict[str, Any]:
     import os
 
     # the model name alone hides the generation (a Zen 4 and a Zen 5 EPYC both say "AMD EPYC" in these VMs)
-    ids = {key: next((line.split(":", 1)[1].strip() for line in info.splitlines()
-                      if line.split(":", 1)[0].strip() == key), "?") for key in ("cpu family", "model")}
-    return {"cpu": cpu, "cpu_id": f"family {ids['cpu family']} model {ids['model']}", "cores": os.cpu_count(),
+    cpu_id = f"family {cpuinfo_field(info, 'cpu family') or '?'} model {cpuinfo_field(info, 'model') or '?'}"
+    return {"cpu": cpu, "cpu_id": cpu_id, "cores": os.cpu_count(),
             "system": platform.platform(), "python": platform.python_version(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
