@@ -65,6 +65,9 @@ def derive(schema_dir: Path) -> dict[str, object]:
         "conv_weight": slot(tables, unions, "Convolution2D", "weight"),
         "convolution2d": members.index("Convolution2D") + 1,
         "conv_common": slot(tables, unions, "Convolution2D", "common"),
+        "conv_quan": slot(tables, unions, "Convolution2D", "quanParameter"),
+        "conv_external": slot(tables, unions, "Convolution2D", "external"),
+        "quan": [slot(tables, unions, "IDSTQuan", f) for f in ("buffer", "type", "shapeInt32")],
         "common": [slot(tables, unions, "Convolution2DCommon", f)
                    for f in ("kernelX", "kernelY", "group", "outputCount", "inputCount")],
         # union member number -> slot of its `external: [int64]` field

@@ -2,7 +2,8 @@
 
 MNN trusts its files: a damaged tokenizer dies with SIGFPE, a damaged graph
 with SIGSEGV, taking a server or a notebook kernel with it. The Python checks
-(``model_files``, ``mnn_graph``) catch what they can name; for everything else
+(``model_files``, ``mnn_graph``: the graph, the weight file's extent, each
+quantised layer's header) catch what they can name; for everything else
 the first load of each version of a model's files, with each engine build,
 runs in a child process that loads the model and exercises the tokenizer, the
 chat template and one forward. A crash there becomes ``invalid_model`` naming

@@ -4,8 +4,10 @@ MNN reads the FlatBuffers graph without verifying it: a truncated or random
 file crashes the process (SIGSEGV). This reader walks the parts MNN walks
 first (the ops of the graph and of its subgraphs, their tensor index lists
 and parameters), checking every offset against the file's size, and
-collects how far into the weight file the ops' external weights reach. It
-needs neither MNN nor its converter, so it works with every build.
+collects how far into the weight file the ops' external weights reach and
+where each quantised linear layer's weights lie in it (MNN trusts their
+headers too: ``quantized_weights_problem`` checks one). It needs neither MNN
+nor its converter, so it works with every build.
 
 The field slots come from MNN 3.6.1's schema (``tools/mnn_schema.py`` derives
 them; a test checks they still match the sources).
@@ -38,6 +40,11 @@ CONV_COMMON = 0
 #: Convolution2D's ``weight: [float]`` slot (weights held in the graph itself, as a LoRA's factors are)
 CONV_WEIGHT = 1
 COMMON_KERNEL_X, COMMON_KERNEL_Y, COMMON_GROUP, COMMON_OUTPUT_COUNT, COMMON_INPUT_COUNT = 2, 3, 9, 10, 11
+#: Convolution2D's ``quanParameter`` slot, and IDSTQuan's buffer, type and shapeInt32 slots
+CONV_QUAN = 3
+QUAN_BUFFER, QUAN_TYPE, QUAN_SHAPE_INT32 = 0, 2, 11
+#: IDSTQuan type of llmexport's int4/int8 weights ("idstQuanInt8": an index per weight into a table of samples)
+QUAN_IDST = 1
 
 MAX_OPS = 10_000_000
 
@@ -47,12 +54,24 @@ class GraphError(ValueError):
 
 
 @dataclass(frozen=True)
+class QuantizedWeights:
+    """Where one quantised linear layer's weights lie in the external weight file."""
+
+    layer: str
+    offset: int
+    size: int  # bytes, the header included
+    count: int  # the weights the layer's shape says it has (0: no shape given)
+    shape_int32: bool  # the header's dimensions are 32-bit (else 16-bit)
+
+
+@dataclass(frozen=True)
 class GraphSummary:
     ops: int
     weight_extent: int  # bytes of the external weight file the ops refer to
     #: weights of the graph's convolutions, which hold every linear layer of an llmexport
     #: model; the embedding table, when it is a file of its own, is not in the graph
     conv_parameters: int = 0
+    quantized: tuple[QuantizedWeights, ...] = ()
 
 
 class _Reader:
@@ -153,11 +172,13 @@ def read_graph(data: bytes) -> GraphSummary:
         raise GraphError("the graph has no operators")
     extent = 0
     parameters = 0
+    quantized = []
     for op in ops:
         op.vector(OP_INPUTS, 4)
         op.vector(OP_OUTPUTS, 4)
         kind = op.ubyte(OP_MAIN_TYPE)
         main = op.table(OP_MAIN) if kind else None
+        external: list[int] = []
         if main is not None and kind in EXTERNAL_SLOTS:
             external = main.int64s(EXTERNAL_SLOTS[kind])
             if external:
@@ -165,8 +186,57 @@ def read_graph(data: bytes) -> GraphSummary:
                     raise GraphError("negative external weight offset or size")
                 extent = max(extent, sum(external))
         if main is not None and kind == CONVOLUTION2D:
-            parameters += _conv_parameters(main)
-    return GraphSummary(len(ops), extent, parameters)
+            count = _conv_parameters(main)
+            parameters += count
+            quan = main.table(CONV_QUAN)
+            # (MNN reads such weights with IDSTDecoder::ReadQuanData_c from the weight file)
+            if quan is not None and len(external) >= 2 and external[1] and quan.int32(QUAN_TYPE, 0) == QUAN_IDST \
+                    and quan.field(QUAN_BUFFER) is None:
+                quantized.append(QuantizedWeights(_op_name(op), external[0], external[1], count,
+                                                  bool(quan.ubyte(QUAN_SHAPE_INT32))))
+    return GraphSummary(len(ops), extent, parameters, tuple(quantized))
+
+
+def _op_name(op: _Table) -> str:
+    name_at = op.field(OP_NAME)
+    if name_at is None:
+        return "(unnamed)"
+    begin, size = op.r.vector(name_at + op.r.u32(name_at), 1)
+    return op.r.data[begin:begin + size].decode("utf-8", "replace")
+
+
+#: the most a quantised layer's header takes: its dimension count, four 32-bit dimensions, its sample count
+QUANTIZED_HEADER_BYTES = 1 + 4 * 4 + 1
+
+
+def quantized_weights_problem(weights: QuantizedWeights, header: bytes) -> str | None:
+    """What is wrong with a quantised layer's weights, from the first
+    ``QUANTIZED_HEADER_BYTES`` of them (None: nothing). MNN 3.6.1 trusts this
+    header (IDSTDecoder::ReadQuanData_c in source/core/ConvolutionCommon.cpp):
+    a dimension count, the dimensions, a sample count (0 meaning 256), the
+    samples, then one index per weight of as many bits as the sample count
+    needs. Damaged, it makes MNN allocate or write as many weights as the
+    dimensions say, past the buffer sized for the layer (a heap overflow that
+    can crash the process later, in another load), or fail the layer and
+    load the model without it."""
+    if not header:
+        return "no header"
+    dims = header[0]
+    width = 4 if weights.shape_int32 else 2
+    if not 1 <= dims <= 4 or len(header) < 2 + dims * width:
+        return f"a header of {dims} dimensions"
+    shape = struct.unpack_from(f"<{dims}{'I' if weights.shape_int32 else 'H'}", header, 1)
+    count = 1
+    for dim in shape:
+        count *= dim
+    if weights.count and count != weights.count:
+        return f"a header of shape {list(shape)} for {weights.count} weights"
+    samples = header[1 + dims * width] or 256
+    bits = max(1, samples.bit_length() if samples & (samples - 1) else samples.bit_length() - 1)
+    expected = 1 + dims * width + 1 + samples + (bits * count + 7) // 8
+    if expected != weights.size:
+        return f"{weights.size} bytes where its header says {expected}"
+    return None
 
 
 def _conv_parameters(conv: _Table) -> int:
@@ -196,12 +266,10 @@ def conv_weights(data: bytes, suffix: str) -> list[tuple[int, int]]:
     net = reader.table(reader.u32(0))
     found = []
     for op in net.tables(NET_OPLISTS):
-        name_at = op.field(OP_NAME)
-        if name_at is None or op.ubyte(OP_MAIN_TYPE) != CONVOLUTION2D:
+        if op.field(OP_NAME) is None or op.ubyte(OP_MAIN_TYPE) != CONVOLUTION2D:
             continue
-        begin, size = reader.vector(name_at + reader.u32(name_at), 1)
         main = op.table(OP_MAIN)
-        if main is not None and data[begin:begin + size].decode("utf-8", "replace").endswith(suffix):
+        if main is not None and _op_name(op).endswith(suffix):
             start, count = main.vector(CONV_WEIGHT, 4)
             if count:
                 found.append((start, count))

@@ -22,7 +22,15 @@ from typing import Any
 from .. import jsonutil
 from ..checks import is_int
 from ..errors import MnnEngineError
-from .mnn_graph import GraphError, read_graph, read_graph_file, read_output_names
+from .mnn_graph import (
+    QUANTIZED_HEADER_BYTES,
+    GraphError,
+    GraphSummary,
+    quantized_weights_problem,
+    read_graph,
+    read_graph_file,
+    read_output_names,
+)
 
 CONFIG_NAME = "config.json"
 MARKET_CONFIG_NAME = "market_config.json"
@@ -252,20 +260,39 @@ def read_model_dir(model: str | os.PathLike[str]) -> ModelDir:
     graph = files["llm_model"]
     try:
         data = graph.read_bytes()
-        extent = read_graph(data).weight_extent
+        summary = read_graph(data)
         kind = "embedding" if "sentence_embeddings" in read_output_names(data) else "chat"
     except GraphError as exc:
         raise _bad(f"{graph} is not a readable MNN graph: {exc}", "llm_model") from exc
     except OSError as exc:
         raise _bad(f"{graph} cannot be read: {exc.strerror}", "llm_model") from exc
+    extent = summary.weight_extent
     actual = files["llm_weight"].stat().st_size
     if actual < extent:
         raise _bad(f"weight file {files['llm_weight']} is truncated: {actual} bytes, the graph needs {extent}",
                    "llm_weight")
+    check_quantized_weights(files["llm_weight"], summary)
     stamp = file_stamp(config_path, files)
     if stamp.get("config") != [stamp_before.st_size, stamp_before.st_mtime_ns]:  # replaced while read: not cached
         stamp["config"] = [-1, -1]
     return ModelDir(config_path, config, files, kind, extent, stamp)
+
+
+def check_quantized_weights(weights: Path, summary: GraphSummary) -> None:
+    """Each quantised layer's header in the weight file agrees with the graph
+    (``mnn_graph.quantized_weights_problem``: MNN trusts it, and a damaged
+    one overflowed its heap); ``invalid_model`` naming the first layer that
+    does not. A few bytes read per layer."""
+    try:
+        with open(weights, "rb") as f:
+            for layer in summary.quantized:
+                f.seek(layer.offset)
+                problem = quantized_weights_problem(layer, f.read(min(layer.size, QUANTIZED_HEADER_BYTES)))
+                if problem:
+                    raise _bad(f"weight file {weights} is damaged: layer {layer.layer}'s quantised weights have "
+                               f"{problem}", "llm_weight")
+    except OSError as exc:
+        raise _bad(f"weight file {weights} cannot be read: {exc.strerror}", "llm_weight") from exc
 
 
 def capabilities(kind: str, config: Mapping[str, Any]) -> list[str]:

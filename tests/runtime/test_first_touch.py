@@ -16,6 +16,7 @@ from support import test_model_dir
 
 from mnn_engine import Llm, MnnEngineError, ModelStore
 from mnn_engine.runtime.first_touch import markers_dir
+from mnn_engine.runtime.mnn_graph import read_graph
 
 FILES = ("llm.mnn", "llm.mnn.weight", "tokenizer.mtok", "llm_config.json", "config.json")
 
@@ -68,6 +69,34 @@ def test_damaged_file_is_invalid_model(tmp_path, name, how):
     assert err.value.code == "invalid_model"
     message = err.value.message
     assert name in message or "crashed" in message, message
+
+
+def test_random_weights_are_invalid_model_before_mnn_reads_them(tmp_path):
+    """MNN 3.6.1 "loaded" this model: every layer failed to read its weights ("Read shape error",
+    "can't extract IDST Convolution") and it answered from a graph without them; a header that
+    parsed made it size its buffers by random dimensions. The layers' headers are checked first."""
+    model = _damaged(tmp_path, "llm.mnn.weight", "random", random.Random(6001))
+    with pytest.raises(MnnEngineError) as err:
+        Llm(model)
+    assert err.value.code == "invalid_model" and err.value.param == "llm_weight"
+    assert "layer /layers.0/" in err.value.message, err.value.message
+    assert not markers_dir().exists()  # no child was needed: MNN never saw the files
+
+
+def test_a_layer_claiming_more_weights_than_its_shape_is_invalid_model(tmp_path):
+    model = tmp_path / "overclaiming"
+    shutil.copytree(_tiny(), model)
+    layer = read_graph((model / "llm.mnn").read_bytes()).quantized[0]
+    assert not layer.shape_int32
+    with open(model / "llm.mnn.weight", "r+b") as f:  # the first dimension, 16-bit: four times as many rows
+        f.seek(layer.offset + 1)
+        rows = int.from_bytes(f.read(2), "little")
+        f.seek(layer.offset + 1)
+        f.write((rows * 4).to_bytes(2, "little"))
+    with pytest.raises(MnnEngineError) as err:
+        Llm(model).load()
+    assert err.value.code == "invalid_model", err.value
+    assert f"layer {layer.layer}" in err.value.message and str(layer.count) in err.value.message, err.value.message
 
 
 def test_truncated_tokenizer_is_refused_at_import_and_the_store_stays_clean(tmp_path):

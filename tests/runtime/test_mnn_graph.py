@@ -41,6 +41,9 @@ def test_slots_match_mnn_schema():
     assert (derived["op_inputs"], derived["op_main_type"], derived["op_main"], derived["op_outputs"]) == (
         mnn_graph.OP_INPUTS, mnn_graph.OP_MAIN_TYPE, mnn_graph.OP_MAIN, mnn_graph.OP_OUTPUTS)
     assert (derived["op_name"], derived["conv_weight"]) == (mnn_graph.OP_NAME, mnn_graph.CONV_WEIGHT)
+    assert (derived["conv_quan"], derived["conv_external"]) == (mnn_graph.CONV_QUAN,
+                                                                mnn_graph.EXTERNAL_SLOTS[mnn_graph.CONVOLUTION2D])
+    assert derived["quan"] == [mnn_graph.QUAN_BUFFER, mnn_graph.QUAN_TYPE, mnn_graph.QUAN_SHAPE_INT32]
 
 
 GRAPH = (test_model_dir("tiny") / "llm.mnn").read_bytes() if test_model_dir("tiny").is_dir() else b""
@@ -96,3 +99,36 @@ def test_a_separate_embedding_file_counts_as_its_bf16_values():
     graph_only = mnn_graph.read_graph_file(config.parent / "llm.mnn").conv_parameters
     table = (config.parent / "embeddings_bf16.bin").stat().st_size // 2
     assert parameter_count(config, read_config(config)) == graph_only + table > graph_only > 0
+
+
+def _headers(name: str) -> list[tuple[mnn_graph.QuantizedWeights, bytes]]:
+    model = test_model_dir(name)
+    layers = read_graph((model / "llm.mnn").read_bytes()).quantized
+    with open(model / "llm.mnn.weight", "rb") as f:
+        found = []
+        for layer in layers:
+            f.seek(layer.offset)
+            found.append((layer, f.read(mnn_graph.QUANTIZED_HEADER_BYTES)))
+    return found
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-int8", "smollm2-135m"])
+def test_every_quantised_layer_of_an_export_agrees_with_its_header(name):
+    """llmexport's int4 (the generator's and the real SmolLM2-135M's) and int8 weights: one quantised
+    blob per linear layer, each header naming the layer's own shape and exactly the blob's size."""
+    headers = _headers(name)
+    summary = read_graph((test_model_dir(name) / "llm.mnn").read_bytes())
+    assert len(headers) > 10 and sum(layer.count for layer, _ in headers) == summary.conv_parameters
+    assert [mnn_graph.quantized_weights_problem(layer, header) for layer, header in headers] == [None] * len(headers)
+
+
+def test_any_change_to_a_header_is_a_problem():
+    """Every single-byte change to the part of a header MNN sizes its buffers by (the dimension
+    count, the dimensions, the sample count) is caught: each changes the weight count or the size."""
+    for layer, header in _headers("tiny")[:3] + _headers("tiny-int8")[:2]:
+        used = 1 + header[0] * (4 if layer.shape_int32 else 2) + 1
+        for position in range(used):
+            for value in range(256):
+                if value != header[position]:
+                    changed = header[:position] + bytes([value]) + header[position + 1:]
+                    assert mnn_graph.quantized_weights_problem(layer, changed), (position, value)

@@ -115,7 +115,8 @@ def main() -> None:
                              "(memory: MNN's own load into anonymous memory)")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    kind = machine()["cpu"]
+    # (the model name alone hides the generation: a Zen 4 and a Zen 5 EPYC both say "AMD EPYC" in these VMs)
+    kind = "{cpu}, {cpu_id}".format(**machine())
     if args.kernels == "avx2":
         libs = {"patched": avx2_build("none"), "unpatched": avx2_build(args.patch)}
         kind += ", AVX2 kernels (AVX-512 compiled out of libMNN)"
