@@ -246,7 +246,11 @@ def _conv_parameters(conv: _Table) -> int:
         return 0
     outputs, inputs = common.int32(COMMON_OUTPUT_COUNT, 0), common.int32(COMMON_INPUT_COUNT, 0)
     kernel = common.int32(COMMON_KERNEL_X, 1) * common.int32(COMMON_KERNEL_Y, 1)
-    group = max(common.int32(COMMON_GROUP, 1), 1)
+    group = common.int32(COMMON_GROUP, 1)
+    # MNN splits the channels evenly among the groups, one convolution each: a damaged count
+    # (1,835,806,464 groups for a language model's head) kept a load busy making them (still at it after 13 minutes)
+    if group < 1 or (inputs > 0 and inputs % group) or (outputs > 0 and outputs % group):
+        raise GraphError(f"a convolution of {inputs} inputs and {outputs} outputs in {group} groups")
     if min(outputs, inputs, kernel) <= 0:
         return 0
     return outputs * (inputs // group) * kernel

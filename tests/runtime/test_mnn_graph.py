@@ -132,3 +132,36 @@ def test_any_change_to_a_header_is_a_problem():
                 if value != header[position]:
                     changed = header[:position] + bytes([value]) + header[position + 1:]
                     assert mnn_graph.quantized_weights_problem(layer, changed), (position, value)
+
+
+def _with_group(data: bytes, layer: str, group: int) -> bytes:
+    """``data`` with the group count of the convolution named ``layer`` replaced (it is stored: llmexport
+    writes 1), found with the reader under test."""
+    reader = mnn_graph._Reader(data)
+    for op in reader.table(reader.u32(0)).tables(mnn_graph.NET_OPLISTS):
+        if op.ubyte(mnn_graph.OP_MAIN_TYPE) == mnn_graph.CONVOLUTION2D and mnn_graph._op_name(op) == layer:
+            at = op.table(mnn_graph.OP_MAIN).table(mnn_graph.CONV_COMMON).field(mnn_graph.COMMON_GROUP)
+            assert at is not None and data[at:at + 4] == (1).to_bytes(4, "little")
+            return data[:at] + group.to_bytes(4, "little") + data[at + 4:]
+    raise AssertionError(f"no convolution {layer}")
+
+
+def test_a_group_count_that_does_not_split_the_channels_is_refused(tmp_path):
+    """Found by the fuzz test: one flipped byte in the vtable the convolutions' shapes share gave the head
+    1,835,806,464 groups (and every layer thousands); MNN's load was still making one convolution per group
+    13 minutes later. The graph reader refuses it, so Llm() does before any process touches it."""
+    import shutil
+
+    from mnn_engine import Llm, MnnEngineError
+
+    damaged = _with_group(GRAPH, "/lm/lm_head/Linear", 1_835_806_464)
+    with pytest.raises(GraphError, match="1835806464 groups"):
+        read_graph(damaged)
+    model = tmp_path / "groups"
+    shutil.copytree(test_model_dir("tiny"), model)
+    (model / "llm.mnn").write_bytes(damaged)
+    with pytest.raises(MnnEngineError) as err:
+        Llm(model)
+    assert err.value.code == "invalid_model" and err.value.param == "llm_model", err.value
+    # a count that splits the channels is a grouped convolution's: read (its header then disagrees)
+    assert read_graph(_with_group(GRAPH, "/lm/lm_head/Linear", 2)).ops == read_graph(GRAPH).ops
