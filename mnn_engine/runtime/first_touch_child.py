@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import struct
 import sys
 import tempfile
+import threading
+import time
 import wave
 from pathlib import Path
 from typing import Any
@@ -79,8 +82,23 @@ def _silent_wav(seconds: float) -> bytes:
     return out.getvalue()
 
 
+def end_with_parent() -> None:
+    """Exit when the parent does: an orphaned check (a server killed while it
+    waited, a damaged graph keeping MNN busy) would otherwise run on for up to
+    ``first_touch.TIMEOUT_SECONDS`` on a core nobody uses any more."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="mnn-engine-parent-watch", daemon=True).start()
+
+
 def main() -> None:
     """The child: ``python -c ... CONFIG_PATH OVERRIDES_JSON``."""
+    end_with_parent()
     try:
         out = _child(sys.argv[1], json.loads(sys.argv[2]))
     except MnnEngineError as exc:

@@ -147,3 +147,30 @@ def test_a_vision_model_whose_visual_graph_is_a_text_graph_is_invalid_at_load(tm
     assert "visual encoder" in err.value.message or "visual" in err.value.message, err.value.message
     with Llm(test_model_dir("tiny-vision")) as sound:  # the real one still loads (its own marker)
         assert sound.generate("hi", max_tokens=1, temperature=0).text is not None
+
+
+def test_the_check_ends_with_the_process_that_asked_for_it():
+    """A first-touch child whose parent died (a server killed mid-check) exits within seconds rather
+    than keep MNN busy on a damaged model for up to the check's timeout (seen: an orphan on a graph
+    with a billion groups, still loading 13 minutes later)."""
+    import subprocess
+    import sys
+    import time
+
+    waiter = ("import time; from mnn_engine.runtime.first_touch_child import end_with_parent; "
+              "end_with_parent(); print('ready', flush=True); time.sleep(120)")
+    parent = ("import subprocess, sys; child = subprocess.Popen([sys.executable, '-c', sys.argv[1]], "
+              "stdout=subprocess.PIPE, text=True); assert child.stdout.readline() == 'ready\\n'; print(child.pid)")
+    orphan = int(subprocess.run([sys.executable, "-c", parent, waiter], capture_output=True, text=True,
+                                check=True, timeout=60).stdout)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{orphan}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):  # ended (not yet reaped)
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"the orphaned check {orphan} is still running")
