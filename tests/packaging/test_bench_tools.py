@@ -103,17 +103,36 @@ def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkey
 def test_report_reads_older_peer_results(tmp_path):
     results = tmp_path / "results"
     shutil.copytree(REPO / "bench-results", results)
-    peers = json.loads((results / "peers.json").read_text())
-    for row in peers["rows"]:  # the layout before per-peer ratios: one peer, one ratio set
+    kept = json.loads((results / "peers.json").read_text())
+    run = next(iter(kept["by_cpu"].values())) if "by_cpu" in kept else kept  # one run, as files held it
+    for row in run["rows"]:  # the layout before per-peer ratios: one peer, one ratio set
         row["medians"] = {e: m for e, m in row["medians"].items() if e in ("mnn", "llama.cpp Q4_0", "llama.cpp Q4_1")}
         peer = next(e for e in row["medians"] if e != "mnn")
         row["ratios_mnn_over_peer"] = row.pop("ratios")[f"mnn / {peer}"]
         row.pop("by_placement", None)  # recorded since the core hand-off probe
-    (results / "peers.json").write_text(json.dumps(peers))
+    (results / "peers.json").write_text(json.dumps(run))
     (results / "load.json").unlink()  # older runs had no load benchmark: load time came from the peers
     lines = report.targets_section(results)
     assert any(line.startswith("| defaults: decode mnn / llama.cpp Q4_0 >= 1.3") for line in lines)
     assert any(line.startswith("| warm load <= llama.cpp") for line in lines)
+
+
+def test_runs_are_kept_by_kind_of_cpu(tmp_path, monkeypatch):
+    """A run replaces the last one of its CPU kind only (model name, family and model: a Zen 4 and a
+    Zen 5 EPYC share the name); a file of one run, as peers.json was, becomes the first kind kept."""
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    zen4 = {"cpu": "AMD EPYC (AVX-512)", "cpu_id": "family 25 model 17", "date": "2026-12-06"}
+    (tmp_path / "peers.json").write_text(json.dumps({"machine": zen4, "rows": ["zen 4"]}))
+    intel = {"cpu": "Intel(R) Xeon(R) Processor (AVX-512)", "cpu_id": "family 6 model 167", "date": "2026-12-07"}
+    zen5 = {**zen4, "cpu_id": "family 26 model 2"}
+    for info, rows in ((intel, ["intel"]), (zen5, ["zen 5"]), ({**intel, "date": "2026-12-08"}, ["intel again"])):
+        common.save_by_cpu("peers", {"machine": info, "rows": rows}, common.cpu_kind(info))
+    runs = report.runs_by_cpu(json.loads((tmp_path / "peers.json").read_text()))
+    assert {kind: run["rows"] for kind, run in runs.items()} == {
+        "AMD EPYC (AVX-512), family 25 model 17": ["zen 4"],
+        "Intel(R) Xeon(R) Processor (AVX-512), family 6 model 167": ["intel again"],
+        "AMD EPYC (AVX-512), family 26 model 2": ["zen 5"]}
+    assert report.runs_by_cpu({"machine": {"cpu": "AMD EPYC (AVX-512)"}, "rows": []}).keys() == {"AMD EPYC (AVX-512)"}
 
 
 def test_core_handoff_probe_reads_where_the_two_cores_are():

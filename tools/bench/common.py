@@ -174,6 +174,25 @@ def placement(handoff_ns: float | None) -> str:
     return "far" if handoff_ns > FAR_CORES_NS else "near"
 
 
+def cpu_kind(info: dict[str, Any]) -> str:
+    """A ``machine()``'s kind of CPU: its model name and, where recorded, its family and model (runs
+    before 2026-12-06 did not record them)."""
+    return f"{info['cpu']}, {info['cpu_id']}" if info.get("cpu_id") else info["cpu"]
+
+
+def save_by_cpu(name: str, report: dict[str, Any], kind: str) -> Path:
+    """Save ``report`` (a run on the CPU kind ``kind``) in ``name``.json beside the kept runs of other
+    kinds, in place of the last one of its own: the kernels differ per instruction set and the cores
+    per generation, so every kind measured stays in the report. A file of one run becomes the first."""
+    try:
+        kept = json.loads((RESULTS / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        kept = {}
+    runs = kept.get("by_cpu") or ({cpu_kind(kept["machine"]): kept} if "machine" in kept else {})
+    runs[kind] = report
+    return save(name, {"by_cpu": runs})
+
+
 def save(name: str, data: Any) -> Path:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"

@@ -46,7 +46,6 @@ older design), and the report names both.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -55,14 +54,14 @@ from pathlib import Path
 
 from common import (  # tools/bench is on sys.path
     REPO,
-    RESULTS,
     alternating,
+    cpu_kind,
     libmnn_env,
     machine,
     median,
     paired_ratio,
     run_worker,
-    save,
+    save_by_cpu,
     test_model,
 )
 
@@ -115,8 +114,7 @@ def main() -> None:
                              "(memory: MNN's own load into anonymous memory)")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    # (the model name alone hides the generation: a Zen 4 and a Zen 5 EPYC both say "AMD EPYC" in these VMs)
-    kind = "{cpu}, {cpu_id}".format(**machine())
+    kind = cpu_kind(machine())
     if args.kernels == "avx2":
         libs = {"patched": avx2_build("none"), "unpatched": avx2_build(args.patch)}
         kind += ", AVX2 kernels (AVX-512 compiled out of libMNN)"
@@ -158,7 +156,7 @@ def main() -> None:
               "weights": args.weights, "threads": args.threads, "gen": args.gen,
               "prompt": args.prompt, "rounds": args.rounds, "models": results}
     name = result_name(args.patch)
-    print(f"saved {save(name, by_cpu(name, report))}")
+    print(f"saved {save_by_cpu(name, report, kind)}")
 
 
 def result_name(patch: str) -> str:
@@ -193,17 +191,6 @@ def avx2_build(leave_out: str) -> Path:
         sys.exit(f"{lib} holds AVX-512 kernels: not an AVX2-only build")
     return lib.parent
 
-
-def by_cpu(name: str, report: dict) -> dict:
-    """The kept results (``name``.json) with this run's in place of the last one on the same kind of CPU (the
-    patch's cost is the kernels', which differ per instruction set: every kind measured stays in the report)."""
-    try:
-        kept = json.loads((RESULTS / f"{name}.json").read_text())
-    except (OSError, ValueError):
-        kept = {}
-    runs = kept.get("by_cpu") or ({kept["machine"]["cpu"]: kept} if "machine" in kept else {})
-    runs[report["machine"]["cpu"]] = report
-    return {"by_cpu": runs}
 
 
 if __name__ == "__main__":

@@ -52,10 +52,11 @@ from common import (  # tools/bench is on sys.path
     REPO,
     core_handoff_ns,
     cpu_flags,
+    cpu_kind,
     machine,
     median,
     placement,
-    save,
+    save_by_cpu,
     test_model,
 )
 
@@ -334,7 +335,8 @@ def main() -> None:
     features = {**{name: mnn_features(python) for name, python in MNN_PYTHONS.items()
                    if "kv-int8" not in name and "no-spec" not in name},
                 **{f"llama.cpp ({build})": llama_features(build) for build in BUILDS}}
-    print(f"saved {save('peers', {'machine': machine(), 'cpu_features': features, 'rows': rows})}")
+    info = machine()
+    print(f"saved {save_by_cpu('peers', {'machine': info, 'cpu_features': features, 'rows': rows}, cpu_kind(info))}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import REPO, RESULTS, differing  # tools/bench is on sys.path
+from common import REPO, RESULTS, cpu_kind, differing  # tools/bench is on sys.path
 
 METHOD = """\
 All figures come from `tools/bench/` (run them with `python tools/bench/run_all.py`,
@@ -194,13 +194,27 @@ def ceiling_section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def runs_by_cpu(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A results file's runs by kind of CPU (``common.save_by_cpu``; a file of one run is its only one)."""
+    return data.get("by_cpu") or {cpu_kind(data["machine"]): data}
+
+
 def peers_section(data: dict[str, Any]) -> list[str]:
     lines = ["## Peers: llama.cpp (`tools/bench/peers.py`)", "",
              "Fresh process per measurement, engines alternating; medians. Warm loads (MNN maps the weights "
              "it prepared on an earlier load, llama.cpp maps its GGUF; files in the page cache). The "
              "**ours / peer** rows divide MNN's figure by llama.cpp's: for load time lower is better, "
-             "for tokens/s higher is better.", "",
-             "| model | threads | engine | load s | prefill tok/s | decode tok/s |", "|---|---|---|---|---|---|"]
+             "for tokens/s higher is better. One run per kind of CPU (the kernels differ per instruction "
+             "set, the cores per generation).", ""]
+    for kind, run in runs_by_cpu(data).items():
+        lines += [f"### {kind}, {run['machine']['cores']} cores, measured {run['machine']['date']}", "",
+                  *_peers_run(run), ""]
+    return lines[:-1]
+
+
+def _peers_run(data: dict[str, Any]) -> list[str]:
+    """One peers.py run's tables."""
+    lines = ["| model | threads | engine | load s | prefill tok/s | decode tok/s |", "|---|---|---|---|---|---|"]
     for row in data["rows"]:
         for engine, med in row["medians"].items():
             lines.append(f"| {row['model']} | {row['threads']} | {engine} | {med['load_s']:.2f} | "
@@ -458,11 +472,6 @@ PATCH_SECTIONS = {
 }
 
 
-def cpu_named(machine: dict[str, Any]) -> str:
-    """A results file's CPU, with its family and model where the run recorded them (runs before 2026-12-06 did not)."""
-    return f"{machine['cpu']}, {machine['cpu_id']}" if machine.get("cpu_id") else machine["cpu"]
-
-
 def patch_section(name: str) -> Callable[[dict[str, Any]], list[str]]:
     """The report section of patch_cost's results file ``name`` (a key of PATCH_SECTIONS)."""
     title, what = PATCH_SECTIONS[name]
@@ -676,11 +685,12 @@ def peers_targets(peers: dict[str, Any] | None) -> list[tuple[str, str, bool]]:
     speculation) >= 1.4x, prefill >= 1.7x, a warm load no slower; for 2 threads also on each placement of
     the two cores the run met (``core_handoff.c``), each from that placement's samples only."""
     rows: list[tuple[str, str, bool]] = []
-    for row in (peers or {}).get("rows", []):
+    runs = runs_by_cpu(peers) if peers else {}
+    for kind, row in ((kind, row) for kind, run in runs.items() for row in run["rows"]):
         plain = peer_ratios(row).get("mnn no-spec / llama.cpp Q4_0")
         if row["model"] != "qwen3-0.6b-shape" or plain is None:
             continue
-        where = f"{row['threads']} thread(s), {cpu_named(peers['machine'])}"
+        where = f"{row['threads']} thread(s), {kind}"
         tables = [("", plain)]
         for placement, part in row.get("by_placement", {}).items():
             n = part["samples"]
@@ -728,22 +738,21 @@ def targets_section(results: Path) -> list[str]:
         for kind, value in load_times["ready_mnn_over_llama_cpp"].items():
             rows.append((f"{kind} load (to ready) <= llama.cpp's", f"{value:.2f}x its time", value <= 1))
     peers = load(results, "peers")
-    if peers:
-        for row in peers["rows"]:
+    for kind, run in (runs_by_cpu(peers) if peers else {}).items():
+        for row in run["rows"]:
             if not row["model"].startswith("qwen3"):
                 continue
+            on = f"{row['threads']} thr, {kind}"
             for name, r in peer_ratios(row).items():
                 if name == "mnn / llama.cpp Q4_0" and not load_times:
-                    rows.append((f"warm load <= llama.cpp ({row['threads']} thr)", f"{r['load_s']:.2f}x its time",
-                                 r["load_s"] <= 1))
+                    rows.append((f"warm load <= llama.cpp ({on})", f"{r['load_s']:.2f}x its time", r["load_s"] <= 1))
                 if name == "mnn / llama.cpp Q4_0":  # defaults against llama.cpp's native build
-                    rows.append((f"defaults: decode {name} >= 1.3 ({row['threads']} thr)", f"{r['decode_tps']:.2f}x",
+                    rows.append((f"defaults: decode {name} >= 1.3 ({on})", f"{r['decode_tps']:.2f}x",
                                  r["decode_tps"] >= 1.3))
-                    rows.append((f"defaults: prefill {name} >= 1.5 ({row['threads']} thr)",
-                                 f"{r['prefill_tps']:.2f}x", r["prefill_tps"] >= 1.5))
+                    rows.append((f"defaults: prefill {name} >= 1.5 ({on})", f"{r['prefill_tps']:.2f}x",
+                                 r["prefill_tps"] >= 1.5))
                 elif name in DECODE_TARGETS:  # issue #47's plain decode and prefill: peers_targets
-                    rows.append((f"decode {name} >= 1.1 ({row['threads']} thr)", f"{r['decode_tps']:.2f}x",
-                                 r["decode_tps"] >= 1.1))
+                    rows.append((f"decode {name} >= 1.1 ({on})", f"{r['decode_tps']:.2f}x", r["decode_tps"] >= 1.1))
     conversation = load(results, "conversation")
     if conversation:
         for model, info in conversation["models"].items():
@@ -811,15 +820,15 @@ def main() -> None:
             continue
         machine = machine or data.get("machine")
         body += [*render(data), ""]
-        own = data.get("machine")
-        if own and machine and (own.get("cpu"), own.get("date", "")[:10]) != (machine.get("cpu"),
+        own = data.get("machine")  # (none in a file of runs by kind of CPU: its sections name each run's)
+        if own and machine and (cpu_kind(own), own.get("date", "")[:10]) != (cpu_kind(machine),
                                                                               machine.get("date", "")[:10]):
-            body += [f"(This section: {cpu_named(own)}, {own['cores']} cores, measured {own['date']}.)", ""]
+            body += [f"(This section: {cpu_kind(own)}, {own['cores']} cores, measured {own['date']}.)", ""]
     head = ["# Benchmarks", "", "Generated by `tools/bench/report.py` from `bench-results/*.json`; do not edit.", "",
             "## Method", "", METHOD, ""]
     body = [*targets_section(args.results), "", *body, "## On a phone: the protocol", "", PHONE_PROTOCOL, ""]
     if machine:
-        head += ["## Machine", "", f"{cpu_named(machine)}, {machine['cores']} cores, {machine['system']}, "
+        head += ["## Machine", "", f"{cpu_kind(machine)}, {machine['cores']} cores, {machine['system']}, "
                  f"Python {machine['python']}; measured {machine['date']}.", ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(head + body).rstrip() + "\n")
