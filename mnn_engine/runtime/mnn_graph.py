@@ -215,10 +215,10 @@ def quantized_weights_problem(weights: QuantizedWeights, header: bytes) -> str |
     header (IDSTDecoder::ReadQuanData_c in source/core/ConvolutionCommon.cpp):
     a dimension count, the dimensions, a sample count (0 meaning 256), the
     samples, then one index per weight of as many bits as the sample count
-    needs. Damaged, it makes MNN allocate or write as many weights as the
-    dimensions say, past the buffer sized for the layer (a heap overflow that
-    can crash the process later, in another load), or fail the layer and
-    load the model without it."""
+    needs. Damaged, it makes MNN fail the layer and load the model without
+    it (random weights "loaded" so, every layer failed), or size what it
+    allocates, reads and, where its caller hands it the layer's own buffer,
+    writes by the header's dimensions rather than the layer's."""
     if not header:
         return "no header"
     dims = header[0]

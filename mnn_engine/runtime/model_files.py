@@ -280,9 +280,9 @@ def read_model_dir(model: str | os.PathLike[str]) -> ModelDir:
 
 def check_quantized_weights(weights: Path, summary: GraphSummary) -> None:
     """Each quantised layer's header in the weight file agrees with the graph
-    (``mnn_graph.quantized_weights_problem``: MNN trusts it, and a damaged
-    one overflowed its heap); ``invalid_model`` naming the first layer that
-    does not. A few bytes read per layer."""
+    (``mnn_graph.quantized_weights_problem``: MNN trusts it);
+    ``invalid_model`` naming the first layer that does not. A few bytes read
+    per layer."""
     try:
         with open(weights, "rb") as f:
             for layer in summary.quantized:
