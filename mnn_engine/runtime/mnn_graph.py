@@ -72,6 +72,7 @@ class GraphSummary:
     #: model; the embedding table, when it is a file of its own, is not in the graph
     conv_parameters: int = 0
     quantized: tuple[QuantizedWeights, ...] = ()
+    outputs: tuple[str, ...] = ()  # the graph's output names
 
 
 class _Reader:
@@ -194,7 +195,7 @@ def read_graph(data: bytes) -> GraphSummary:
                     and quan.field(QUAN_BUFFER) is None:
                 quantized.append(QuantizedWeights(_op_name(op), external[0], external[1], count,
                                                   bool(quan.ubyte(QUAN_SHAPE_INT32))))
-    return GraphSummary(len(ops), extent, parameters, tuple(quantized))
+    return GraphSummary(len(ops), extent, parameters, tuple(quantized), tuple(net.strings(NET_OUTPUT_NAMES)))
 
 
 def _op_name(op: _Table) -> str:

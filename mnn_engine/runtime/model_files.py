@@ -250,35 +250,50 @@ def read_stamp(model: str | os.PathLike[str]) -> dict[str, list[int]]:
 def read_model_dir(model: str | os.PathLike[str]) -> ModelDir:
     """Read and validate a model directory (or its config.json) once: its
     config, its files, its tokenizer's header, its graph (read once, for the
-    weight extent and the kind) against the weight file's size. Raises
+    weight extent and the kind) against its weight file, and a vision or
+    audio encoder's graph against its own (``check_graph``). Raises
     ``model_not_found`` or ``invalid_model`` naming the offending file."""
     config_path = resolve_config_path(model)
     stamp_before = config_path.stat()
     config = read_config(config_path)
     files = model_files(config_path, config)
     check_tokenizer_header(files["tokenizer_file"])
-    graph = files["llm_model"]
-    try:
-        data = graph.read_bytes()
-        summary = read_graph(data)
-        kind = "embedding" if "sentence_embeddings" in read_output_names(data) else "chat"
-    except GraphError as exc:
-        raise _bad(f"{graph} is not a readable MNN graph: {exc}", "llm_model") from exc
-    except OSError as exc:
-        raise _bad(f"{graph} cannot be read: {exc.strerror}", "llm_model") from exc
-    extent = summary.weight_extent
-    actual = files["llm_weight"].stat().st_size
-    if actual < extent:
-        raise _bad(f"weight file {files['llm_weight']} is truncated: {actual} bytes, the graph needs {extent}",
-                   "llm_weight")
-    check_quantized_weights(files["llm_weight"], summary)
+    summary = check_graph(files["llm_model"], files["llm_weight"], "llm_model", "llm_weight")
+    kind = "embedding" if "sentence_embeddings" in summary.outputs else "chat"
+    for key in (*VISUAL_KEYS, *AUDIO_KEYS):
+        if key in files:  # (MNN reads an encoder's weights from the graph's name + ".weight")
+            check_graph(files[key], files[key].with_name(files[key].name + ".weight"), key, key)
     stamp = file_stamp(config_path, files)
     if stamp.get("config") != [stamp_before.st_size, stamp_before.st_mtime_ns]:  # replaced while read: not cached
         stamp["config"] = [-1, -1]
-    return ModelDir(config_path, config, files, kind, extent, stamp)
+    return ModelDir(config_path, config, files, kind, summary.weight_extent, stamp)
 
 
-def check_quantized_weights(weights: Path, summary: GraphSummary) -> None:
+def check_graph(graph: Path, weights: Path, param: str, weights_param: str) -> GraphSummary:
+    """Read ``graph`` (``mnn_graph``: every offset checked) and check its
+    external weight file ``weights`` against it: long enough for every op,
+    each quantised layer's header its own (``check_quantized_weights``).
+    ``invalid_model`` naming the file (``param`` / ``weights_param``);
+    returns what was read of the graph."""
+    try:
+        summary = read_graph(graph.read_bytes())
+    except GraphError as exc:
+        raise _bad(f"{graph} is not a readable MNN graph: {exc}", param) from exc
+    except OSError as exc:
+        raise _bad(f"{graph} cannot be read: {exc.strerror}", param) from exc
+    extent = summary.weight_extent
+    if extent:
+        try:
+            actual = weights.stat().st_size
+        except OSError as exc:
+            raise _bad(f"weight file {weights} cannot be read: {exc.strerror}", weights_param) from exc
+        if actual < extent:
+            raise _bad(f"weight file {weights} is truncated: {actual} bytes, the graph needs {extent}", weights_param)
+        check_quantized_weights(weights, summary, weights_param)
+    return summary
+
+
+def check_quantized_weights(weights: Path, summary: GraphSummary, param: str = "llm_weight") -> None:
     """Each quantised layer's header in the weight file agrees with the graph
     (``mnn_graph.quantized_weights_problem``: MNN trusts it);
     ``invalid_model`` naming the first layer that does not. A few bytes read
@@ -290,9 +305,9 @@ def check_quantized_weights(weights: Path, summary: GraphSummary) -> None:
                 problem = quantized_weights_problem(layer, f.read(min(layer.size, QUANTIZED_HEADER_BYTES)))
                 if problem:
                     raise _bad(f"weight file {weights} is damaged: layer {layer.layer}'s quantised weights have "
-                               f"{problem}", "llm_weight")
+                               f"{problem}", param)
     except OSError as exc:
-        raise _bad(f"weight file {weights} cannot be read: {exc.strerror}", "llm_weight") from exc
+        raise _bad(f"weight file {weights} cannot be read: {exc.strerror}", param) from exc
 
 
 def capabilities(kind: str, config: Mapping[str, Any]) -> list[str]:
@@ -320,16 +335,6 @@ def check_tokenizer_header(path: Path) -> None:
     if len(head) < 2 or head[0] != TOKENIZER_MAGIC or not head[1].isdigit():
         raise _bad(f"tokenizer file {path} is not an MNN tokenizer (no \"430 <type>\" header)", "tokenizer_file")
 
-
-def required_weight_bytes(graph: Path) -> int:
-    """Bytes of external weight data the graph refers to; ``invalid_model``
-    when the graph file is damaged (checked here, so MNN never reads it)."""
-    try:
-        return read_graph_file(graph).weight_extent
-    except GraphError as exc:
-        raise _bad(f"{graph} is not a readable MNN graph: {exc}", "llm_model") from exc
-    except OSError as exc:
-        raise _bad(f"{graph} cannot be read: {exc.strerror}", "llm_model") from exc
 
 
 def model_kind(graph: Path) -> str:

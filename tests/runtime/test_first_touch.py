@@ -99,6 +99,26 @@ def test_a_layer_claiming_more_weights_than_its_shape_is_invalid_model(tmp_path)
     assert f"layer {layer.layer}" in err.value.message and str(layer.count) in err.value.message, err.value.message
 
 
+@pytest.mark.parametrize(("name", "how", "says"), [
+    ("visual.mnn.weight", "random", "visual.mnn.weight is damaged: layer"),
+    ("visual.mnn.weight", "truncate", "visual.mnn.weight is truncated"),
+    ("visual.mnn", "truncate", "visual.mnn is not a readable MNN graph"),
+])
+def test_a_damaged_vision_encoder_is_invalid_model_before_mnn_reads_it(tmp_path, name, how, says):
+    """The encoder's graph and its weights (MNN reads them from the graph's name + ".weight") get the
+    checks the language model's get."""
+    model = tmp_path / f"{name}-{how}"
+    shutil.copytree(test_model_dir("tiny-vision"), model)
+    path = model / name
+    data = path.read_bytes()
+    rng = random.Random(11)
+    path.write_bytes(rng.randbytes(len(data)) if how == "random" else data[: len(data) // 2])
+    with pytest.raises(MnnEngineError) as err:
+        Llm(model)
+    assert err.value.code == "invalid_model" and err.value.param == "visual_model", err.value
+    assert says in err.value.message, err.value.message
+
+
 def test_truncated_tokenizer_is_refused_at_import_and_the_store_stays_clean(tmp_path):
     model = _damaged(tmp_path, "tokenizer.mtok", "truncate", random.Random(3))
     store = ModelStore(tmp_path / "store")
