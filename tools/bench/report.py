@@ -427,7 +427,9 @@ def _patch_runs(data: dict[str, Any], title: str, what: str) -> list[str]:
              "Ratios: patched / unpatched, the median of per-round ratios. One run per kind of CPU (the kernels "
              "differ per instruction set; \"AVX2 kernels\": both libraries built without AVX-512 code, so MNN "
              "runs what an AVX2-only CPU runs, on this CPU's cores). The same greedy tokens: every run's decode "
-             "answer, both builds, one token sequence (\"-\": not recorded by that run).", "",
+             "answer, both builds, one token sequence (\"-\": not recorded by that run; where not, the distinct "
+             "answers each build's runs gave, patched / unpatched: 1 / 1 is two deterministic builds that sum in "
+             "different orders).", "",
              "| CPU (measured) | model | decode tok/s patched / unpatched | decode ratio | prefill tok/s patched / "
              "unpatched | prefill ratio | batch_exact patched / unpatched | the same greedy tokens |",
              "|---|---|---|---|---|---|---|---|"]
@@ -436,6 +438,9 @@ def _patch_runs(data: dict[str, Any], title: str, what: str) -> list[str]:
             d, p = r["decode_tps"], r["prefill_tps"]
             exact = r["batch_exact"]
             same = {True: "yes", False: "no"}.get(r.get("same_tokens"), "-")  # not recorded before 2026-12-06
+            if r.get("same_tokens") is False and "answers_per_build" in r:  # (recorded since 2026-12-06 21:30)
+                per = r["answers_per_build"]
+                same += f" (answers per build: {per['patched']} / {per['unpatched']})"
             lines.append(f"| {cpu} ({run['machine']['date'][:10]}) | {model} | {d['patched']:.1f} / "
                          f"{d['unpatched']:.1f} | {d['ratio']:.3f}x | {p['patched']:.0f} / {p['unpatched']:.0f} | "
                          f"{p['ratio']:.3f}x | {'/'.join(str(v) for v in exact['patched'])} / "
