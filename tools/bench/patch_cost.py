@@ -194,6 +194,5 @@ def avx2_build(leave_out: str) -> Path:
     return lib.parent
 
 
-
 if __name__ == "__main__":
     main()
