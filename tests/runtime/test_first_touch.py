@@ -181,8 +181,10 @@ def test_the_check_ends_with_the_process_that_asked_for_it():
               "end_with_parent(); print('ready', flush=True); time.sleep(120)")
     parent = ("import subprocess, sys; child = subprocess.Popen([sys.executable, '-c', sys.argv[1]], "
               "stdout=subprocess.PIPE, text=True); assert child.stdout.readline() == 'ready\\n'; print(child.pid)")
+    # (from /, as the check's own command drops the current directory: a source checkout there would
+    # shadow the installed package, which in system mode is the only one with the extension)
     orphan = int(subprocess.run([sys.executable, "-c", parent, waiter], capture_output=True, text=True,
-                                check=True, timeout=60).stdout)
+                                check=True, timeout=60, cwd="/").stdout)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         try:
