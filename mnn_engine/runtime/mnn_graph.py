@@ -15,6 +15,7 @@ them; a test checks they still match the sources).
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -227,13 +228,11 @@ def quantized_weights_problem(weights: QuantizedWeights, header: bytes) -> str |
     if not 1 <= dims <= 4 or len(header) < 2 + dims * width:
         return f"a header of {dims} dimensions"
     shape = struct.unpack_from(f"<{dims}{'I' if weights.shape_int32 else 'H'}", header, 1)
-    count = 1
-    for dim in shape:
-        count *= dim
+    count = math.prod(shape)
     if weights.count and count != weights.count:
         return f"a header of shape {list(shape)} for {weights.count} weights"
     samples = header[1 + dims * width] or 256
-    bits = max(1, samples.bit_length() if samples & (samples - 1) else samples.bit_length() - 1)
+    bits = max(1, (samples - 1).bit_length())  # (MNN's atLestBitsCnt: the bits an index below ``samples`` needs)
     expected = 1 + dims * width + 1 + samples + (bits * count + 7) // 8
     if expected != weights.size:
         return f"{weights.size} bytes where its header says {expected}"

@@ -259,7 +259,7 @@ def read_model_dir(model: str | os.PathLike[str]) -> ModelDir:
     files = model_files(config_path, config)
     check_tokenizer_header(files["tokenizer_file"])
     summary = check_graph(files["llm_model"], files["llm_weight"], "llm_model", "llm_weight")
-    kind = "embedding" if "sentence_embeddings" in summary.outputs else "chat"
+    kind = kind_of(summary.outputs)
     for key in (*VISUAL_KEYS, *AUDIO_KEYS):
         if key in files:  # (MNN reads an encoder's weights from the graph's name + ".weight")
             check_graph(files[key], files[key].with_name(files[key].name + ".weight"), key, key)
@@ -293,7 +293,7 @@ def check_graph(graph: Path, weights: Path, param: str, weights_param: str) -> G
     return summary
 
 
-def check_quantized_weights(weights: Path, summary: GraphSummary, param: str = "llm_weight") -> None:
+def check_quantized_weights(weights: Path, summary: GraphSummary, param: str) -> None:
     """Each quantised layer's header in the weight file agrees with the graph
     (``mnn_graph.quantized_weights_problem``: MNN trusts it);
     ``invalid_model`` naming the first layer that does not. A few bytes read
@@ -336,16 +336,22 @@ def check_tokenizer_header(path: Path) -> None:
         raise _bad(f"tokenizer file {path} is not an MNN tokenizer (no \"430 <type>\" header)", "tokenizer_file")
 
 
-
 def model_kind(graph: Path) -> str:
-    """``"embedding"`` for a text-embedding model (its graph outputs
-    ``sentence_embeddings``, as llmexport exports them), else ``"chat"``."""
+    """The kind of the model whose graph is ``graph`` (``kind_of``), from its
+    output names alone (what a listing reads of a model that failed the
+    whole reading, ``read_model_dir``)."""
     try:
         outputs = read_output_names(graph.read_bytes())
     except GraphError as exc:
         raise _bad(f"{graph} is not a readable MNN graph: {exc}", "llm_model") from exc
     except OSError as exc:
         raise _bad(f"{graph} cannot be read: {exc.strerror}", "llm_model") from exc
+    return kind_of(outputs)
+
+
+def kind_of(outputs: tuple[str, ...] | list[str]) -> str:
+    """``"embedding"`` for a graph with the outputs llmexport gives a text-embedding model
+    (``sentence_embeddings``), else ``"chat"``."""
     return "embedding" if "sentence_embeddings" in outputs else "chat"
 
 

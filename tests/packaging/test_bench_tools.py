@@ -104,7 +104,7 @@ def test_report_reads_older_peer_results(tmp_path):
     results = tmp_path / "results"
     shutil.copytree(REPO / "bench-results", results)
     kept = json.loads((results / "peers.json").read_text())
-    run = next(iter(kept["by_cpu"].values())) if "by_cpu" in kept else kept  # one run, as files held it
+    run = next(iter(kept["by_cpu"].values()))  # one run alone, as files held it before
     for row in run["rows"]:  # the layout before per-peer ratios: one peer, one ratio set
         row["medians"] = {e: m for e, m in row["medians"].items() if e in ("mnn", "llama.cpp Q4_0", "llama.cpp Q4_1")}
         peer = next(e for e in row["medians"] if e != "mnn")

@@ -180,17 +180,23 @@ def cpu_kind(info: dict[str, Any]) -> str:
     return f"{info['cpu']}, {info['cpu_id']}" if info.get("cpu_id") else info["cpu"]
 
 
+def runs_by_cpu(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A results file's runs by kind of CPU (``save_by_cpu``; a file of one run, as files were before, is its
+    only one; an empty one has none)."""
+    if "by_cpu" in data:
+        return dict(data["by_cpu"])
+    return {cpu_kind(data["machine"]): data} if "machine" in data else {}
+
+
 def save_by_cpu(name: str, report: dict[str, Any], kind: str) -> Path:
     """Save ``report`` (a run on the CPU kind ``kind``) in ``name``.json beside the kept runs of other
     kinds, in place of the last one of its own: the kernels differ per instruction set and the cores
-    per generation, so every kind measured stays in the report. A file of one run becomes the first."""
+    per generation, so every kind measured stays in the report."""
     try:
         kept = json.loads((RESULTS / f"{name}.json").read_text())
     except (OSError, ValueError):
         kept = {}
-    runs = kept.get("by_cpu") or ({cpu_kind(kept["machine"]): kept} if "machine" in kept else {})
-    runs[kind] = report
-    return save(name, {"by_cpu": runs})
+    return save(name, {"by_cpu": {**runs_by_cpu(kept), kind: report}})
 
 
 def save(name: str, data: Any) -> Path:

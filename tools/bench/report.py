@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import REPO, RESULTS, cpu_kind, differing  # tools/bench is on sys.path
+from common import REPO, RESULTS, cpu_kind, differing, runs_by_cpu  # tools/bench is on sys.path
 
 METHOD = """\
 All figures come from `tools/bench/` (run them with `python tools/bench/run_all.py`,
@@ -192,11 +192,6 @@ def ceiling_section(data: dict[str, Any]) -> list[str]:
         ceilings = ", ".join(f"{v:.0f} tok/s ({t} thr)" for t, v in info["ceiling_tps"].items())
         lines.append(f"| {name} | {info['weight_bytes'] / 1e6:.0f} MB | {ceilings} |")
     return lines
-
-
-def runs_by_cpu(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """A results file's runs by kind of CPU (``common.save_by_cpu``; a file of one run is its only one)."""
-    return data.get("by_cpu") or {cpu_kind(data["machine"]): data}
 
 
 def peers_section(data: dict[str, Any]) -> list[str]:
@@ -410,7 +405,7 @@ SPECULATIVE_TARGETS = {"grounded": 1.5, "open-ended": 0.98, "worst": 0.97}
 
 def _patch_runs(data: dict[str, Any], title: str, what: str) -> list[str]:
     """A patch_cost.py results file as a section: ``what`` says what the patch is and what the table shows."""
-    runs = data["by_cpu"]
+    runs = runs_by_cpu(data)
     first = next(iter(runs.values()))
     patch = first.get("patch", "0002")
     counts = sorted({run["rounds"] for run in runs.values()})
