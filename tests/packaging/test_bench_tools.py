@@ -85,11 +85,14 @@ def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkey
                     "## The int4 kernels' weight prefetch: what patch 0008 saves",
                     "## Decode's attention reading each KV head once: what patch 0009 saves",
                     "## The float few-row kernels' prefetch: what patch 0010 saves",
+                    "## A prefill's serial steps on all threads: what patch 0011 saves",
                     "## The int8 GEMMs' input sums",
                     "## MNN's AVX-512 kernels against its AVX2 kernels", "## Long answers: the KV cache's growth",
                     "## Prefill chunk size", "## Memory of the phone's path", "## Quality of the exports"):
         assert heading in text, heading
     assert "(not measured in this run)" not in text
+    # where ceiling.py and peers.py ran on the same kind of CPU, each engine's decode against its own ceiling
+    assert "| share of its ceiling |" in text and "| qwen3-0.6b-shape | 2 | llama.cpp Q4_0 |" in text
     assert "| defaults: decode mnn / llama.cpp Q4_0 >= 1.3" in text
     assert "| defaults: prefill mnn / llama.cpp Q4_0 >= 1.5" in text
     # one row per kind of CPU the patch's cost was measured on

@@ -7,18 +7,25 @@ Decoding one token reads every weight once, so tokens/s can never beat
 read bandwidth / weight bytes. Read bandwidth is measured as the best of
 several sums over a large buffer, with 1 thread and with one thread per core
 (numpy releases the GIL in its reductions); the ceiling is given for each
-test model's weight file.
+test model's weight file and, where peers.py has made them, for the GGUF
+files llama.cpp decodes the same shapes from (their tensors' bytes, read by
+the gguf-py of the llama.cpp peers.py builds): where both engines decode
+near their ceilings, no kernel makes one faster than the ratio of the bytes
+they read. One run per kind of CPU is kept (bandwidth is the machine's).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
-from common import machine, save, test_model  # tools/bench is on sys.path
+from common import cpu_kind, machine, save_by_cpu, test_model  # tools/bench is on sys.path
+from peers import GGUF, llama_source
 
 MODELS = ("qwen3-0.6b-shape", "smollm2-135m")
 
@@ -33,6 +40,15 @@ def read_bandwidth(buffer: np.ndarray, threads: int, repeats: int) -> float:
             list(pool.map(np.sum, parts))
             best = min(best, time.perf_counter() - start)
     return buffer.nbytes / best
+
+
+def gguf_tensor_bytes(path: Path) -> int:
+    """The bytes of a GGUF file's tensors (what a forward reads, the tied output included; not the
+    tokenizer and other metadata)."""
+    sys.path.insert(0, str(llama_source() / "gguf-py"))
+    from gguf import GGUFReader
+
+    return sum(int(tensor.n_bytes) for tensor in GGUFReader(path).tensors)
 
 
 def main() -> None:
@@ -50,6 +66,10 @@ def main() -> None:
         size = weight.stat().st_size
         models[name] = {"weight_bytes": size,
                         "ceiling_tps": {str(t): bw / size for t, bw in bandwidth.items()}}
+        if GGUF[name].exists():
+            peer = gguf_tensor_bytes(GGUF[name])
+            models[name]["peer"] = {"file": GGUF[name].name, "weight_bytes": peer,
+                                    "ceiling_tps": {str(t): bw / peer for t, bw in bandwidth.items()}}
     result = {"machine": machine(), "read_gb_per_s": {str(t): bw / 1e9 for t, bw in bandwidth.items()},
               "models": models}
     for t, bw in bandwidth.items():
@@ -57,7 +77,11 @@ def main() -> None:
     for name, info in models.items():
         ceilings = ", ".join(f"{tps:.0f} tok/s ({t} thr)" for t, tps in info["ceiling_tps"].items())
         print(f"{name}: weights {info['weight_bytes'] / 1e6:.0f} MB -> decode ceiling {ceilings}")
-    print(f"saved {save('ceiling', result)}")
+        if "peer" in info:
+            peer = info["peer"]
+            ceilings = ", ".join(f"{tps:.0f} tok/s ({t} thr)" for t, tps in peer["ceiling_tps"].items())
+            print(f"  llama.cpp's {peer['file']}: tensors {peer['weight_bytes'] / 1e6:.0f} MB -> {ceilings}")
+    print(f"saved {save_by_cpu('ceiling', result, cpu_kind(result['machine']))}")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ Usage: python tools/bench/patch_cost.py [--patch 0002] [--unpatched DIR] [--mode
 ``--patch`` names the patch left out of the baseline (default 0002, the
 batch-exactness patch, whose cost issue #47 bounds; 0005, a faster kernel,
 0007, the thread pool's waits, 0008, the int4 kernels' prefetch, 0009,
-decode's attention reading a key/value head once, and 0010, the float
-few-row kernels' prefetch, are measured the same way and saved apart, in
+decode's attention reading a key/value head once, 0010, the float
+few-row kernels' prefetch, and 0011, a prefill's serial steps on all
+threads, are measured the same way and saved apart, in
 patch_cost_PATCH.json).
 
 DIR holds a ``libMNN.so`` built as the default build's but without the patch

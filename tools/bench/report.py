@@ -184,14 +184,51 @@ def agent_apis_section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def ceiling_section(data: dict[str, Any]) -> list[str]:
-    bw = ", ".join(f"{v:.1f} GB/s ({t} thread{'s' if t != '1' else ''})" for t, v in data["read_gb_per_s"].items())
-    lines = ["## Bandwidth ceiling (`tools/bench/ceiling.py`)", "", f"Read bandwidth: {bw}.", "",
-             "| model | weights | decode ceiling |", "|---|---|---|"]
-    for name, info in data["models"].items():
-        ceilings = ", ".join(f"{v:.0f} tok/s ({t} thr)" for t, v in info["ceiling_tps"].items())
-        lines.append(f"| {name} | {info['weight_bytes'] / 1e6:.0f} MB | {ceilings} |")
-    return lines
+def ceiling_section(data: dict[str, Any], peers: dict[str, Any] | None = None) -> list[str]:
+    """Per kind of CPU: read bandwidth, each engine's decode ceiling (bandwidth / the bytes a token reads)
+    and, where peers.py ran on the same kind, how near each engine's plain decode came to its ceiling."""
+    peer_runs = runs_by_cpu(peers) if peers else {}
+    lines = ["## Bandwidth ceiling (`tools/bench/ceiling.py`)", "",
+             "Decoding a token reads every weight once: tokens/s cannot pass read bandwidth / the bytes a "
+             "token reads (MNN: its weight file; llama.cpp: its GGUF's tensors). Where both engines decode "
+             "near their own ceiling, no kernel puts one further ahead than the ratio of those bytes. "
+             "One run per kind of CPU.", ""]
+    for kind, run in runs_by_cpu(data).items():
+        bw = ", ".join(f"{v:.1f} GB/s ({t} thread{'s' if t != '1' else ''})"
+                       for t, v in run["read_gb_per_s"].items())
+        lines += [f"### {kind}, {run['machine']['cores']} cores, measured {run['machine']['date']}", "",
+                  f"Read bandwidth: {bw}.", "", "| model | engine | bytes a token | decode ceiling |",
+                  "|---|---|---|---|"]
+        for name, info in run["models"].items():
+            for engine, files in (("mnn", info), ("llama.cpp", info.get("peer"))):
+                if files:
+                    ceilings = ", ".join(f"{v:.0f} tok/s ({t} thr)" for t, v in files["ceiling_tps"].items())
+                    lines.append(f"| {name} | {engine} | {files['weight_bytes'] / 1e6:.0f} MB | {ceilings} |")
+        shares = _ceiling_shares(run, peer_runs.get(kind))
+        if shares:
+            lines += ["", f"Plain decode (no speculation) in the peers run on this kind "
+                      f"({peer_runs[kind]['machine']['date'][:10]}) against its ceiling:", "",
+                      "| model | threads | engine | decode tok/s | share of its ceiling |", "|---|---|---|---|---|",
+                      *shares]
+        lines.append("")
+    return lines[:-1]
+
+
+def _ceiling_shares(ceiling: dict[str, Any], peers: dict[str, Any] | None) -> list[str]:
+    """Table rows: each engine's plain decode in ``peers`` (one run) as a share of its ceiling in ``ceiling``."""
+    rows = []
+    for row in (peers or {}).get("rows", []):
+        info = ceiling["models"].get(row["model"])
+        threads = str(row["threads"])
+        if info is None or threads not in info["ceiling_tps"]:
+            continue
+        peer_engine = "llama.cpp Q4_0" if row["model"].startswith("qwen3") else "llama.cpp Q4_1"
+        for engine, files in (("mnn no-spec", info), (peer_engine, info.get("peer"))):
+            decode = row["medians"].get(engine, {}).get("decode_tps")
+            if files and decode:
+                rows.append(f"| {row['model']} | {threads} | {engine} | {decode:.1f} | "
+                            f"{decode / files['ceiling_tps'][threads]:.0%} |")
+    return rows
 
 
 def peers_section(data: dict[str, Any]) -> list[str]:
@@ -469,6 +506,11 @@ PATCH_SECTIONS = {
                         "GEMM kernels for 2, 3, 4 and 8 rows ask, at each step, for the lines the same step of the "
                         "next group of column blocks reads (decode attention's cache blocks, with patch 0009's "
                         "grouped query heads as the rows); every result is the same bit for bit."),
+    "patch_cost_0011": ("A prefill's serial steps on all threads: what patch 0011 saves",
+                        "Patch `0011-prefill-serial-steps-on-all-threads` shares two steps of a prefill chunk that "
+                        "MNN ran on one thread among all of them: copying the chunk's keys and values into the float "
+                        "KV cache (a share of the heads each) and the int8 GEMMs' per-row absolute maxima (from 32 "
+                        "rows; MNN: from 256); every result is the same bit for bit."),
 }
 
 
@@ -795,7 +837,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
     args = parser.parse_args()
     sections = [("loop", loop_section), ("http", http_section), ("memory", memory_section),
-                ("ceiling", ceiling_section), ("peers", peers_section), ("load", load_section),
+                ("ceiling", lambda data: ceiling_section(data, load(args.results, "peers"))),
+                ("peers", peers_section), ("load", load_section),
                 ("switching", switching_section), ("vision", vision_section),
                 ("kv_quality", kv_quality_section), ("profile", profile_section),
                 ("conversation", conversation_section), ("cache_exactness", cache_exactness_section),
@@ -807,6 +850,7 @@ def main() -> None:
                 ("patch_cost_0008", patch_section("patch_cost_0008")),
                 ("patch_cost_0009", patch_section("patch_cost_0009")),
                 ("patch_cost_0010", patch_section("patch_cost_0010")),
+                ("patch_cost_0011", patch_section("patch_cost_0011")),
                 ("sum_by_axis", sum_by_axis_section), ("x86_kernels", x86_kernels_section),
                 ("kv_growth", kv_growth_section),
                 ("prefill_chunk", prefill_chunk_section), ("arm_memory", arm_memory_section),

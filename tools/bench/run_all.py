@@ -20,6 +20,7 @@ SUITE = ["engine.py", "http_stream.py", "memory.py", "ceiling.py", "peers.py", "
          ("patch_cost.py", "--patch", "0009", "--weights", "mapped", "--gen", "1024"),
          ("patch_cost.py", "--patch", "0010", "--weights", "mapped"),
          ("patch_cost.py", "--patch", "0010", "--weights", "mapped", "--gen", "1024"),
+         ("patch_cost.py", "--patch", "0011", "--weights", "mapped"),
          "one_row_kernels.py", "vnni_gemm.py", "sum_by_axis.py", "x86_kernels.py", "kv_growth.py",
          "prefill_chunk.py"]
 

@@ -15,7 +15,7 @@ mnn_engine/server/static/vendor/katex/fonts/copyright
 "
 TERMUX_PKG_MAINTAINER="@termux"
 TERMUX_PKG_VERSION="0.1.0"
-TERMUX_PKG_REVISION=3
+TERMUX_PKG_REVISION=4
 TERMUX_PKG_SRCURL=https://github.com/mnn-engine/mnn-engine/releases/download/v${TERMUX_PKG_VERSION}/mnn_engine-${TERMUX_PKG_VERSION}.tar.gz
 TERMUX_PKG_SHA256=2e9b5443ec6b26d53afd6c1ea95a07c9d2777a161371e30fe5b12254cabd4508
 # The engine is the mnn package (MNN 3.6.1, its own recipe); its GPU backends
