@@ -79,6 +79,17 @@ def _wait(driver, condition, timeout=60):
                          ignored_exceptions=(StaleElementReferenceException,)).until(condition)
 
 
+def _downloaded(driver, pattern: str, timeout=20):
+    """The finished download named by ``pattern``. Chromium first reserves the final name with an
+    empty file and writes into a ``.crdownload`` beside it, renamed over that file when done, so a
+    file of that name alone is not yet the download."""
+    def done(d):
+        if list(d.downloads.glob("*.crdownload")):
+            return False
+        return [p for p in d.downloads.glob(pattern) if p.stat().st_size > 0]
+    return _wait(driver, done, timeout=timeout)[0]
+
+
 def _shot(driver, tmp_path, name: str) -> None:
     """A screenshot per width, kept with the test's files (and in $MNN_ENGINE_TEST_ARTIFACTS, which CI keeps)."""
     for folder in filter(None, (str(tmp_path), ARTIFACTS)):
@@ -253,7 +264,7 @@ def test_conversations_new_switch_rename_delete_with_confirmation_export_import(
     _shot(page, tmp_path, "conversations")
     # export, delete one, import the export back
     _click(page, "export")
-    exported = _wait(page, lambda d: [p for p in d.downloads.glob("mnn-engine-chats-*.json")], timeout=20)[0]
+    exported = _downloaded(page, "mnn-engine-chats-*.json")
     data = json.loads(exported.read_text())
     assert data["format"] == "mnn-engine-conversations" and len(data["conversations"]) == 2
     page.find_elements(By.CSS_SELECTOR, "#conversation-list .delete")[0].click()
