@@ -86,6 +86,7 @@ def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkey
                     "## Decode's attention reading each KV head once: what patch 0009 saves",
                     "## The float few-row kernels' prefetch: what patch 0010 saves",
                     "## A prefill's serial steps on all threads: what patch 0011 saves",
+                    "## The int4 kernel's prefetch into L2 on AMD: what patch 0012 saves",
                     "## The int8 GEMMs' input sums",
                     "## MNN's AVX-512 kernels against its AVX2 kernels", "## Long answers: the KV cache's growth",
                     "## Prefill chunk size", "## Memory of the phone's path", "## Quality of the exports"):

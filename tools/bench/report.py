@@ -516,6 +516,11 @@ PATCH_SECTIONS = {
                         "MNN ran on one thread among all of them: copying the chunk's keys and values into the float "
                         "KV cache (a share of the heads each) and the int8 GEMMs' per-row absolute maxima (from 32 "
                         "rows; MNN: from 256); every result is the same bit for bit."),
+    "patch_cost_0012": ("The int4 kernel's prefetch into L2 on AMD: what patch 0012 saves",
+                        "Patch `0012-int4-gemm-prefetches-into-l2-on-amd` makes the AVX-512 VNNI int4 GEMM kernel "
+                        "ask, on AMD cores, for its weights 2 KiB ahead into L2 (`prefetcht2`) rather than patch "
+                        "0008's 6 KiB ahead into L1; other vendors keep 0008's hint. A hint only: every result is "
+                        "the same bit for bit."),
 }
 
 
@@ -856,6 +861,7 @@ def main() -> None:
                 ("patch_cost_0009", patch_section("patch_cost_0009")),
                 ("patch_cost_0010", patch_section("patch_cost_0010")),
                 ("patch_cost_0011", patch_section("patch_cost_0011")),
+                ("patch_cost_0012", patch_section("patch_cost_0012")),
                 ("sum_by_axis", sum_by_axis_section), ("x86_kernels", x86_kernels_section),
                 ("kv_growth", kv_growth_section),
                 ("prefill_chunk", prefill_chunk_section), ("arm_memory", arm_memory_section),
