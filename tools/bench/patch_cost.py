@@ -8,9 +8,9 @@ Usage: python tools/bench/patch_cost.py [--patch 0002] [--unpatched DIR] [--mode
 batch-exactness patch, whose cost issue #47 bounds; 0005, a faster kernel,
 0007, the thread pool's waits, 0008, the int4 kernels' prefetch, 0009,
 decode's attention reading a key/value head once, 0010, the float
-few-row kernels' prefetch, and 0011, a prefill's serial steps on all
-threads, are measured the same way and saved apart, in
-patch_cost_PATCH.json).
+few-row kernels' prefetch, 0011, a prefill's serial steps on all
+threads, and 0012, the int4 kernel's prefetch into L2 on AMD, are measured
+the same way and saved apart, in patch_cost_PATCH.json).
 
 DIR holds a ``libMNN.so`` built as the default build's but without the patch
 (subprojects/packagefiles/MNN/0002-batch-independent-rows.patch by default) and
