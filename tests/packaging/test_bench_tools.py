@@ -43,6 +43,27 @@ def test_profile_groups_symbols_into_kernel_families():
     assert round(by_start["other"], 2) == 0.47
 
 
+PERF_SCRIPT = """\
+ 9170/9170       7f5ef5d72362 _AVX512_MNNGemmInt8AddBiasScale_16x4_w4_Unit_VNNI_Hinted<true>
+ 9170/9213       7f5ef5d7236e _AVX512_MNNGemmInt8AddBiasScale_16x4_w4_Unit_VNNI_Hinted<true>
+ 9170/9170       7f5ef5d70000 MNN::ThreadPool::enqueueInternal(std::pair<std::function<void (int)>, int>*, int)
+ 9170/9213       7f5ef5d71111 std::thread::_State_impl<std::thread::_Invoker<std::tuple<MNN::ThreadPool::ThreadPool(int)
+ 9170/9170       7f5ef5d72362 _AVX512_MNNGemmInt8AddBiasScale_16x4_w4_Unit_VNNI_Hinted<true>
+ 9170/9170       ffffffff8100 exc_page_fault
+"""
+
+
+def test_calling_thread_ms_counts_only_the_thread_that_runs_generate():
+    # perf script -F pid,tid,ip,sym lines (recorded on the Zen 4 VM); 4 of the calling thread's samples,
+    # the pool thread's (tid 9213) left out; 50 tok/s is 20 ms a token
+    ms = perf_profile.calling_thread_ms(PERF_SCRIPT, 50.0)
+    by_start = {name.split(" (")[0]: value for name, value in ms.items()}
+    assert by_start["int4 weight matmuls"] == 10.0
+    assert by_start["thread pool hand-offs"] == 5.0
+    assert by_start["other"] == 5.0
+    assert abs(sum(ms.values()) - 20.0) < 1e-9
+
+
 def test_profile_lines_keep_only_the_symbol():
     match = perf_profile.LINE.match("    52.97%  [.] MNN::CPUAttention::onExecute(int) const        -      -   ")
     assert match and match.groups() == ("52.97", "MNN::CPUAttention::onExecute(int) const")

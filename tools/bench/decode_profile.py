@@ -8,7 +8,9 @@ at 999 Hz): a warm load (the weights cache is written by an unprofiled run
 first), a 16-token prompt, then ``--gen`` greedy tokens of plain decode
 (speculation off: its batched verification is another workload), so decode
 dominates the samples. Samples are grouped by symbol into the kernel families
-below; the share of each family is what the report shows. Needs Linux
+below; the share of each family is what the report shows, with the calling
+thread's milliseconds per token in each (where a second thread helps, which
+part shrank and what waiting for it costs). Needs Linux
 ``perf`` (Debian: ``apt install linux-perf``); without it the script says so
 and saves nothing.
 """
@@ -53,6 +55,7 @@ FAMILIES = (
 )
 OTHER = "other (norms, element-wise ops, Python, kernel)"
 LINE = re.compile(r"^\s*([\d.]+)%\s+\[[.k]\]\s+(.+?)(?:\s{2,}.*)?$")  # perf pads with more columns
+SAMPLE = re.compile(r"^\s*(\d+)/(\d+)\s+[0-9a-f]+\s+(.+)$")  # perf script -F pid,tid,ip,sym
 CONFIGS = {"default": {}, "kv-int8": {"quant_qkv": 1}}
 
 
@@ -64,9 +67,28 @@ def group(report: str) -> dict[str, float]:
         if not match:
             continue
         percent, symbol = float(match.group(1)), match.group(2)
-        family = next((name for name, pattern in FAMILIES if pattern.search(symbol)), OTHER)
-        shares[family] += percent
+        shares[family_of(symbol)] += percent
     return shares
+
+
+def family_of(symbol: str) -> str:
+    """The kernel family a symbol belongs to (the first pattern that matches)."""
+    return next((name for name, pattern in FAMILIES if pattern.search(symbol)), OTHER)
+
+
+def calling_thread_ms(script: str, decode_tps: float) -> dict[str, float]:
+    """Milliseconds per decoded token the calling thread (the one whose id is its process's: it runs
+    ``generate``, MNN's pool threads help it) spent in each family, from ``perf script -F pid,tid,ip,sym``
+    output: its samples' shares times the decode's time per token. That thread is never idle, so its
+    samples cover the wall time; where a second thread makes decode faster, these say which part shrank
+    and what the hand-offs (its waits for the pool) cost."""
+    counts = {name: 0 for name, _ in FAMILIES} | {OTHER: 0}
+    for line in script.splitlines():
+        match = SAMPLE.match(line)
+        if match and match.group(1) == match.group(2):
+            counts[family_of(match.group(3))] += 1
+    total = sum(counts.values()) or 1
+    return {name: 1000.0 / decode_tps * n / total for name, n in counts.items()}
 
 
 def profile(model: Path, threads: int, gen: int, extra: dict, cache: Path) -> dict:
@@ -77,9 +99,13 @@ def profile(model: Path, threads: int, gen: int, extra: dict, cache: Path) -> di
                              check=True, capture_output=True, text=True, cwd="/").stdout
         report = subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--sort", "symbol", "--stdio",
                                  "--percent-limit", "0.05"], check=True, capture_output=True, text=True).stdout
+        script = subprocess.run(["perf", "script", "-i", str(data), "-F", "pid,tid,ip,sym"], check=True,
+                                capture_output=True, text=True).stdout
     top = [m.groups() for m in map(LINE.match, report.splitlines()) if m][:8]
-    return {"threads": threads, "options": extra, "decode_tps": json.loads(out.strip().splitlines()[-1])["decode_tps"],
-            "shares": group(report), "top_symbols": [{"percent": float(p), "symbol": s} for p, s in top]}
+    decode_tps = json.loads(out.strip().splitlines()[-1])["decode_tps"]
+    return {"threads": threads, "options": extra, "decode_tps": decode_tps, "shares": group(report),
+            "calling_thread_ms": calling_thread_ms(script, decode_tps),
+            "top_symbols": [{"percent": float(p), "symbol": s} for p, s in top]}
 
 
 def main() -> None:

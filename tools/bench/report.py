@@ -381,6 +381,16 @@ def profile_section(data: dict[str, Any]) -> list[str]:
     for run in data["runs"]:
         shares = " | ".join(f"{run['shares'][f]:.1f} %" for f in families)
         lines.append(f"| {run['threads']} | {run['config']} | {run['decode_tps']:.1f} | {shares} |")
+    timed = [run for run in data["runs"] if "calling_thread_ms" in run]  # (runs before 2026-12-07 lack them)
+    if timed:
+        lines += ["", "The calling thread (it runs `generate`; MNN's pool threads help it, and it waits for them "
+                  "under hand-offs): milliseconds per decoded token in each family (its samples' shares times "
+                  "the time per token).", "",
+                  f"| threads | KV cache | ms per token | {' | '.join(families)} |",
+                  "|---|---|---|" + "---|" * len(families)]
+        for run in timed:
+            cells = " | ".join(f"{run['calling_thread_ms'][f]:.2f}" for f in families)
+            lines.append(f"| {run['threads']} | {run['config']} | {1000 / run['decode_tps']:.2f} | {cells} |")
     first = data["runs"][0]
     lines += ["", f"Top symbols, {first['threads']} thread(s), {first['config']} KV cache:", ""]
     lines += [f"- {s['percent']:.1f} % `{s['symbol']}`" for s in first["top_symbols"]]
