@@ -196,8 +196,12 @@ def ceiling_section(data: dict[str, Any], peers: dict[str, Any] | None = None) -
     for kind, run in runs_by_cpu(data).items():
         bw = ", ".join(f"{v:.1f} GB/s ({t} thread{'s' if t != '1' else ''})"
                        for t, v in run["read_gb_per_s"].items())
+        seen = run.get("read_gb_per_s_by_cores", {})  # (runs before 2026-12-07 lack it)
+        where = ", ".join(f"{v:.1f} GB/s on {PLACEMENT_WORDS[p]}" for p, v in seen.items())
+        where = (f" One thread per core by where the host put the cores: {where}"
+                 f"{' (the ceiling below uses cores sharing a cache)' if 'near' in seen else ''}." if where else "")
         lines += [f"### {kind}, {run['machine']['cores']} cores, measured {run['machine']['date']}", "",
-                  f"Read bandwidth: {bw}.", "", "| model | engine | bytes a token | decode ceiling |",
+                  f"Read bandwidth: {bw}.{where}", "", "| model | engine | bytes a token | decode ceiling |",
                   "|---|---|---|---|"]
         for name, info in run["models"].items():
             for engine, _, files in _ceiling_files(info):
