@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 from common import (  # tools/bench is on sys.path
+    agreed_placement,
     by_threads,
     core_handoff_ns,
     cpu_kind,
     machine,
-    placement,
     save_by_cpu,
     test_model,
 )
@@ -61,10 +61,11 @@ def bandwidth_by_cores(buffer: np.ndarray, threads: int, rounds: int) -> dict[st
     sharing one. A round counts only where the cache-line hand-off says the same before and after."""
     best: dict[str, float] = {}
     for _ in range(rounds):
-        before = placement(core_handoff_ns())
+        before = core_handoff_ns()
         bandwidth = read_bandwidth(buffer, threads, 2)
-        if before == placement(core_handoff_ns()) != "unknown":
-            best[before] = max(best.get(before, 0.0), bandwidth)
+        where = agreed_placement([before, core_handoff_ns()])
+        if where in ("near", "far"):
+            best[where] = max(best.get(where, 0.0), bandwidth)
     return best
 
 

@@ -174,6 +174,13 @@ def placement(handoff_ns: float | None) -> str:
     return "far" if handoff_ns > FAR_CORES_NS else "near"
 
 
+def agreed_placement(readings: Sequence[float | None]) -> str:
+    """Where the two cores were during a measurement from the ``core_handoff_ns`` readings taken around it:
+    the placement they all agree on, else ``"moved"`` (the host moved the cores while it ran)."""
+    places = {placement(v) for v in readings}
+    return places.pop() if len(places) == 1 else "moved"
+
+
 def cpu_kind(info: dict[str, Any]) -> str:
     """A ``machine()``'s kind of CPU: its model name and, where recorded, its family and model (runs
     before 2026-12-06 did not record them)."""

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 from common import machine, save, test_model  # tools/bench is on sys.path
@@ -77,16 +78,19 @@ def family_of(symbol: str) -> str:
 
 
 def calling_thread_ms(script: str, decode_tps: float) -> dict[str, float]:
-    """Milliseconds per decoded token the calling thread (the one whose id is its process's: it runs
-    ``generate``, MNN's pool threads help it) spent in each family, from ``perf script -F pid,tid,ip,sym``
-    output: its samples' shares times the decode's time per token. That thread is never idle, so its
-    samples cover the wall time; where a second thread makes decode faster, these say which part shrank
-    and what the hand-offs (its waits for the pool) cost."""
+    """Milliseconds per decoded token the calling thread spent in each family, from ``perf script -F
+    pid,tid,ip,sym`` output: its samples' shares times the decode's time per token. The calling thread
+    runs ``generate`` (MNN's pool threads help it): the main thread (tid = pid) of the process with the
+    most samples, since perf also records the processes it starts (in an editable install, the ninja its
+    import runs). That thread is never idle, so its samples cover the wall time; where a second thread makes
+    decode faster, these say which part shrank and what the hand-offs (its waits for the pool) cost."""
+    samples = [m.groups() for m in map(SAMPLE.match, script.splitlines()) if m]
+    busiest = Counter(pid for pid, _, _ in samples).most_common(1)
+    decoding = busiest[0][0] if busiest else None
     counts = {name: 0 for name, _ in FAMILIES} | {OTHER: 0}
-    for line in script.splitlines():
-        match = SAMPLE.match(line)
-        if match and match.group(1) == match.group(2):
-            counts[family_of(match.group(3))] += 1
+    for pid, tid, symbol in samples:
+        if pid == tid == decoding:
+            counts[family_of(symbol)] += 1
     total = sum(counts.values()) or 1
     return {name: 1000.0 / decode_tps * n / total for name, n in counts.items()}
 

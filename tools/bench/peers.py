@@ -50,12 +50,12 @@ from pathlib import Path
 
 from common import (  # tools/bench is on sys.path
     REPO,
+    agreed_placement,
     core_handoff_ns,
     cpu_flags,
     cpu_kind,
     machine,
     median,
-    placement,
     save_by_cpu,
     test_model,
 )
@@ -266,13 +266,6 @@ def medians_of(samples: dict[str, list[dict[str, float]]]) -> dict[str, dict[str
     return {e: {k: median([s[k] for s in v]) for k in MEASURES} for e, v in samples.items()}
 
 
-def sample_placement(sample: dict) -> str:
-    """Where the two cores were during a measurement: the placement both readings agree on, else "moved"
-    (the host moved them while it ran)."""
-    places = {placement(v) for v in sample["handoff_ns"]}
-    return places.pop() if len(places) == 1 else "moved"
-
-
 def ratios_of(engines: dict[str, Path], medians: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     """"ours / peer" -> each measure's ratio of medians, for every MNN engine against every llama.cpp one."""
     return {f"{ours} / {peer}": {k: medians[ours][k] / medians[peer][k] for k in MEASURES}
@@ -320,7 +313,8 @@ def main() -> None:
             by_placement = {}
             if threads > 1:  # one thread's figures do not depend on where the second core is
                 for where in ("near", "far"):
-                    kept = {e: [s for s in v if sample_placement(s) == where] for e, v in samples.items()}
+                    kept = {e: [s for s in v if agreed_placement(s["handoff_ns"]) == where]
+                            for e, v in samples.items()}
                     if all(kept.values()):
                         by_placement[where] = {"samples": {e: len(v) for e, v in kept.items()},
                                                "ratios": ratios_of(engines, medians_of(kept))}
