@@ -8,12 +8,14 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "bench"))
 
+import ceiling  # noqa: E402
 import common  # noqa: E402
 import decode_profile as perf_profile  # noqa: E402
 import report  # noqa: E402
@@ -179,6 +181,9 @@ def test_core_handoff_probe_reads_where_the_two_cores_are():
     # a measurement counts for a placement only where the readings before and after it agree
     readings = ([50.0, 60.0], [50.0, 370.0], [400.0, 380.0], [None, None], [None, 50.0])
     assert [common.agreed_placement(pair) for pair in readings] == ["near", "moved", "far", "unknown", "moved"]
+    # ceiling.py's bandwidth per placement, on a small buffer: only placements the probe agreed on, real readings
+    seen = ceiling.bandwidth_by_cores(np.ones(1 << 21, dtype=np.int64), 2, 3)
+    assert set(seen) <= {"near", "far"} and all(bandwidth > 1e8 for bandwidth in seen.values())
 
 
 def test_peers_targets_judge_each_placement_from_its_own_samples():
