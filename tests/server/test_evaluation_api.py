@@ -170,7 +170,12 @@ def test_leaving_stops_the_scoring(tiny):
             time.sleep(0.01)
         conn.close()
         tiny.wait_idle()
-        assert ended[-1] == "cancelled"
+        # the engine turns idle, then emits how the generation ended (outside its state lock, so no
+        # subscriber runs under it): wait for that event rather than read it the moment the state is idle
+        while len(ended) < 2:
+            assert time.monotonic() < deadline, f"the scoring's end was not emitted: {ended}"
+            time.sleep(0.01)
+        assert ended == ["running", "cancelled"]
     finally:
         unsubscribe()
     assert _complete(tiny, prompt="Hi", echo=True, logprobs=1, max_tokens=0)["choices"][0]["text"] == "Hi"
