@@ -2,7 +2,7 @@
 """mnn-engine versus llama.cpp (llama-cpp-python) on the same model shapes.
 
 Usage: python tools/bench/peers.py [--threads 1 2] [--rounds 3] [--prompt-len 128] [--gen 128]
-                                   [--other-build "mnn wheel" .venv-wheel/bin/python]
+                                   [--other-build "mnn wheel" .venv-wheel/bin/python] [--without-patch 0002]
 
 Both engines load warm: MNN with its default memory-mapped weights (the
 cache is written by an unmeasured first load), llama.cpp with its default
@@ -30,6 +30,13 @@ cache); "llama.cpp Q4_0 kv-q8" is the same idea on llama.cpp's side (type_k
 q8_0), so the comparison stays like for like. The other rows keep float
 (MNN) / f16 (llama.cpp) caches.
 
+``--without-patch 0002`` adds "mnn no-spec without 0002": this install's
+engine with libMNN built without that patch (and the patches that need it;
+``patch_cost.unpatched_build``, the same library ``patch_cost.py`` measures),
+swapped in by ``LD_LIBRARY_PATH``. It says, in the same run, where plain
+decode stood against llama.cpp before the patch (issue #47: "it was 1.42x
+before the patch").
+
 Set-up (cached under ~/.cache/mnn-engine/, about 6 minutes per build, once):
 llama-cpp-python==0.3.36 built from its sdist in its own venv per build; the
 HF -> GGUF conversion runs in the model tools' venv with the sdist's own
@@ -54,11 +61,13 @@ from common import (  # tools/bench is on sys.path
     core_handoff_ns,
     cpu_flags,
     cpu_kind,
+    libmnn_env,
     machine,
     median,
     save_by_cpu,
     test_model,
 )
+from patch_cost import unpatched_build
 
 from mnn_engine.cli.bench import TEXT
 
@@ -243,6 +252,8 @@ LLAMA_VARIANTS = {  # engine name -> (build, Llama() keywords); type_k 8 is GGML
 
 #: MNN engine name -> the Python whose mnn_engine runs it (--other-build adds one)
 MNN_PYTHONS = {name: sys.executable for name in MNN_VARIANTS}
+#: MNN engine name -> the directory of the libMNN it runs instead of the installed one (--without-patch adds one)
+MNN_LIBS: dict[str, Path] = {}
 
 
 def measure(engine: str, model: Path, threads: int, prompt_len: int, gen: int) -> dict[str, float]:
@@ -250,7 +261,7 @@ def measure(engine: str, model: Path, threads: int, prompt_len: int, gen: int) -
         # persists, one per engine (prepared weights belong to one build): the loads measured here are warm
         cache = CACHE / "mnn-cache" / f"{model.name}-{engine.replace(' ', '-')}"
         out = run(MNN_PYTHONS[engine], "-c", MNN_WORKER, model, threads, prompt_len, gen, cache,
-                  json.dumps(MNN_VARIANTS[engine]), cwd="/")
+                  json.dumps(MNN_VARIANTS[engine]), cwd="/", env=libmnn_env(MNN_LIBS.get(engine)))
     else:
         build, options = LLAMA_VARIANTS[engine]
         out = run(ensure_llama_cpp(build), "-c", LLAMA_WORKER, model, threads, prompt_len, gen, TEXT,
@@ -280,6 +291,8 @@ def main() -> None:
     parser.add_argument("--gen", type=int, default=128)
     parser.add_argument("--other-build", nargs=2, metavar=("NAME", "PYTHON"),
                         help="also measure the mnn_engine installed in PYTHON (e.g. the wheel-engine build) as NAME")
+    parser.add_argument("--without-patch", metavar="PATCH",
+                        help="also measure plain decode with libMNN built without this MNN patch (e.g. 0002)")
     args = parser.parse_args()
     qwen_gguf = qwen_q4_0()
     qwen, smollm = test_model("qwen3-0.6b-shape"), test_model("smollm2-135m")
@@ -295,6 +308,13 @@ def main() -> None:
         MNN_PYTHONS[name] = python
         pairs["qwen3-0.6b-shape"][name] = qwen
         pairs["smollm2-135m"][name] = smollm
+    unpatched = f"mnn no-spec without {args.without_patch}" if args.without_patch else None
+    if unpatched:
+        MNN_VARIANTS[unpatched] = MNN_VARIANTS["mnn no-spec"]
+        MNN_PYTHONS[unpatched] = MNN_PYTHONS["mnn no-spec"]
+        MNN_LIBS[unpatched] = unpatched_build(args.without_patch)
+        for engines in pairs.values():
+            engines[unpatched] = engines["mnn no-spec"]
     rows = []
     for engines in pairs.values():  # unmeasured: writes MNN's mmap cache and warms the page cache
         for engine, model in engines.items():
@@ -321,6 +341,9 @@ def main() -> None:
             if args.other_build:  # this install's build against the other one
                 other = args.other_build[0]
                 ratios[f"mnn / {other}"] = {k: medians["mnn"][k] / medians[other][k] for k in MEASURES}
+            if unpatched:  # what the patch costs plain decode, in this run
+                ratios[f"mnn no-spec / {unpatched}"] = {k: medians["mnn no-spec"][k] / medians[unpatched][k]
+                                                        for k in MEASURES}
             rows.append({"model": model_name, "threads": threads, "medians": medians, "samples": samples,
                          "ratios": ratios, "by_placement": by_placement})
             for engine, m in medians.items():

@@ -278,6 +278,12 @@ def _peers_run(data: dict[str, Any]) -> list[str]:
                 lines.append(f"| {row['model']} | {row['threads']} | {PLACEMENT_WORDS[where]} | **{name}** | "
                              f"{part['samples'][ours]} + {part['samples'][peer]} | {r['load_s']:.2f}x | "
                              f"{r['prefill_tps']:.2f}x | {r['decode_tps']:.2f}x |")
+    without = sorted({e for row in data["rows"] for e in row["medians"] if e.startswith("mnn no-spec without ")})
+    for engine in without:  # peers.py --without-patch
+        patch = engine.removeprefix("mnn no-spec without ")
+        lines += ["", f"{engine}: the same engine and answers' settings as mnn no-spec, with libMNN built without "
+                  f"patch {patch} (and the patches that need it), swapped in for this run: where plain decode stood "
+                  "against llama.cpp before the patch, in the same run as the rows above."]
     for row in data["rows"]:
         med = row["medians"]
         if "llama.cpp Q4_0" in med and "llama.cpp Q4_0 AVX2" in med:
