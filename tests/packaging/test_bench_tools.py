@@ -113,6 +113,7 @@ def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkey
                     "## The float few-row kernels' prefetch: what patch 0010 saves",
                     "## A prefill's serial steps on all threads: what patch 0011 saves",
                     "## The int4 kernel's prefetch into L2 on AMD: what patch 0012 saves",
+                    "## The float few-row kernels' prefetch into L2 on AMD: what patch 0013 saves",
                     "## The int8 GEMMs' input sums",
                     "## MNN's AVX-512 kernels against its AVX2 kernels", "## Long answers: the KV cache's growth",
                     "## Prefill chunk size", "## Memory of the phone's path", "## Quality of the exports"):
@@ -132,6 +133,9 @@ def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkey
     assert ("| qwen3-0.6b-shape on AMD EPYC (AVX-512), AVX2 kernels (AVX-512 compiled out of libMNN) (2026-"
             in text)
     assert "decode without speculation >= 1.4x |" in text  # issue #47's, from the peers run
+    # peers.py --without-patch 0002 (the Zen 4 run of 2026-12-07): before the patch, in the same run
+    assert "mnn no-spec without 0002: mnn no-spec's engine and settings with libMNN built without patch 0002" in text
+    assert "| **mnn no-spec / mnn no-spec without 0002** |" in text
 
 
 def test_report_reads_older_peer_results(tmp_path):
