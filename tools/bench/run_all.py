@@ -23,6 +23,7 @@ SUITE = ["engine.py", "http_stream.py", "memory.py", "ceiling.py", "peers.py", "
          ("patch_cost.py", "--patch", "0011", "--weights", "mapped"),
          ("patch_cost.py", "--patch", "0012", "--weights", "mapped"),
          ("patch_cost.py", "--patch", "0012", "--weights", "mapped", "--threads", "1"),
+         ("patch_cost.py", "--patch", "0013", "--weights", "mapped"),
          ("patch_cost.py", "--patch", "0013", "--weights", "mapped", "--threads", "1"),
          "one_row_kernels.py", "vnni_gemm.py", "sum_by_axis.py", "x86_kernels.py", "kv_growth.py",
          "prefill_chunk.py"]

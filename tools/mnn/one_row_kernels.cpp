@@ -42,7 +42,14 @@ typedef void (*Kernel)(float* C, const float* A, const float* B, const size_t* p
 #if defined(PROBE_AVX512)
 static void inexact(float* C, const float* A, const float* B, const size_t* p) { _AVX2_MNNPackedMatMul_1(C, A, B, p); }
 static void exact(float* C, const float* A, const float* B, const size_t* p) { _AVX2_MNNPackedMatMul_1RowExact(C, A, B, p); }
-static void padded(float* C, const float* A, const float* B, const size_t* p) { _AVX2_MNNPackedMatMul_2(C, A, B, p); }
+// patch 0013 compiles the few-row kernels once per prefetch hint: the one the library picks on this CPU
+static void padded(float* C, const float* A, const float* B, const size_t* p) {
+    if (gFewRowPrefetchIntoL2) {
+        _AVX2_MNNPackedMatMul_2<true>(C, A, B, p);
+    } else {
+        _AVX2_MNNPackedMatMul_2<false>(C, A, B, p);
+    }
+}
 static const struct { const char* name; Kernel kernel; int rows; } kKernels[] = {
     {"inexact", inexact, 1}, {"exact", exact, 1}, {"padded", padded, 2}};
 #else
