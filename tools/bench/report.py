@@ -278,12 +278,11 @@ def _peers_run(data: dict[str, Any]) -> list[str]:
                 lines.append(f"| {row['model']} | {row['threads']} | {PLACEMENT_WORDS[where]} | **{name}** | "
                              f"{part['samples'][ours]} + {part['samples'][peer]} | {r['load_s']:.2f}x | "
                              f"{r['prefill_tps']:.2f}x | {r['decode_tps']:.2f}x |")
-    without = sorted({e for row in data["rows"] for e in row["medians"] if e.startswith("mnn no-spec without ")})
-    for engine in without:  # peers.py --without-patch
-        patch = engine.removeprefix("mnn no-spec without ")
-        lines += ["", f"{engine}: mnn no-spec's engine and settings with libMNN built without patch {patch} (and "
-                  "the patches that need it) swapped in: where plain decode stood against llama.cpp before the "
-                  "patch, measured in the same run as the other rows."]
+    patch = data.get("without_patch")  # peers.py --without-patch (recorded since 2026-12-07)
+    if patch:
+        lines += ["", f"mnn no-spec without {patch}: mnn no-spec's engine and settings with libMNN built without "
+                  f"patch {patch} (and the patches that need it) swapped in: where plain decode stood against "
+                  "llama.cpp before the patch, measured in the same run as the other rows."]
     for row in data["rows"]:
         med = row["medians"]
         if "llama.cpp Q4_0" in med and "llama.cpp Q4_0 AVX2" in med:
