@@ -121,6 +121,9 @@ def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkey
     assert "(not measured in this run)" not in text
     # where ceiling.py and peers.py ran on the same kind of CPU, each engine's decode against its own ceiling
     assert "| share of its ceiling |" in text and "| qwen3-0.6b-shape | 2 | llama.cpp Q4_0 |" in text
+    # and how much a second thread gave each engine against how much it gave the read bandwidth (the Zen 4 run)
+    assert ("From one thread to two, read bandwidth grew 1.10x here and plain decode grew: qwen3-0.6b-shape "
+            "mnn no-spec 1.18x, llama.cpp Q4_0 1.48x;") in text
     # the 2-core read bandwidth by where the host put the cores (ceiling.py from 2026-12-07 on)
     assert "One thread per core by where the host put the cores: " in text
     # the calling thread's milliseconds per token (decode_profile.py from 2026-12-07 on)

@@ -213,6 +213,9 @@ def ceiling_section(data: dict[str, Any], peers: dict[str, Any] | None = None) -
                       f"({peer_runs[kind]['machine']['date'][:10]}) against its ceiling:", "",
                       "| model | threads | engine | decode tok/s | share of its ceiling |", "|---|---|---|---|---|",
                       *shares]
+            scaling = _thread_scaling(run, peer_runs[kind])
+            if scaling:
+                lines += ["", scaling]
         lines.append("")
     return lines[:-1]
 
@@ -238,6 +241,34 @@ def _ceiling_shares(ceiling: dict[str, Any], peers: dict[str, Any] | None) -> li
                 rows.append(f"| {row['model']} | {threads} | {engine} | {decode:.1f} | "
                             f"{decode / files['ceiling_tps'][threads]:.0%} |")
     return rows
+
+
+def _thread_scaling(ceiling: dict[str, Any], peers: dict[str, Any]) -> str:
+    """A sentence: from one thread to two, how much the read bandwidth grew on this kind of CPU and how much each
+    engine's plain decode grew in one peers run. An engine near its ceiling on one thread can gain no more from a
+    second thread than the bandwidth does; one far from it (compute-bound) can gain up to 2x, so the ratio between
+    the two engines narrows where the bandwidth barely grows."""
+    bandwidth = ceiling["read_gb_per_s"]
+    rows = {(row["model"], str(row["threads"])): row for row in peers.get("rows", [])}
+    per_model = []
+    for (model, threads), one in rows.items():
+        two, info = rows.get((model, "2")), ceiling["models"].get(model)
+        if threads != "1" or two is None or info is None:
+            continue
+        gains = []
+        for _, engine, _ in _ceiling_files(info):
+            before = one["medians"].get(engine, {}).get("decode_tps")
+            after = two["medians"].get(engine, {}).get("decode_tps")
+            if before and after:
+                gains.append(f"{engine} {after / before:.2f}x")
+        if gains:
+            per_model.append(f"{model} {', '.join(gains)}")
+    if "1" not in bandwidth or "2" not in bandwidth or not per_model:
+        return ""
+    return (f"From one thread to two, read bandwidth grew {bandwidth['2'] / bandwidth['1']:.2f}x here and plain "
+            f"decode grew: {'; '.join(per_model)}. An engine near its ceiling on one thread gains no more from a "
+            "second than the bandwidth does; one far from it can gain up to 2x. So where the bandwidth barely "
+            "grows, the ratio between the engines narrows on two threads.")
 
 
 def peers_section(data: dict[str, Any]) -> list[str]:
