@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -135,6 +136,10 @@ def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkey
     assert "| smollm2-135m on AMD EPYC (AVX2, no AVX-512) (2026-12-03): prefill with patch 0002 within 2 % of" in text
     assert ("| qwen3-0.6b-shape on AMD EPYC (AVX-512), AVX2 kernels (AVX-512 compiled out of libMNN) (2026-"
             in text)
+    # a run that recorded its rounds shows their middle half beside the median (the Zen 4's AVX2 kernels' run)
+    assert re.search(r"\| qwen3-0\.6b-shape on AMD EPYC \(AVX-512\), family 25 model 17, AVX2 kernels \(AVX-512 "
+                     r"compiled out of libMNN\) \(2026-12-07\): prefill with patch 0002 within 2 % of without \| "
+                     r"\d\.\d{3}x \(\d\.\d\d-\d\.\d\d\) \|", text)
     assert "decode without speculation >= 1.4x |" in text  # issue #47's, from the peers run
     # peers.py --without-patch 0002 (the Zen 4 run of 2026-12-07): before the patch, in the same run
     assert "mnn no-spec without 0002: mnn no-spec's engine and settings with libMNN built without patch 0002" in text

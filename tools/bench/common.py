@@ -35,10 +35,15 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else 0.0
 
 
+def round_ratios(ours: list[float], baseline: list[float]) -> list[float]:
+    """The per-round ratios ours[i] / baseline[i]."""
+    return [a / b for a, b in zip(ours, baseline, strict=True)]
+
+
 def paired_ratio(ours: list[float], baseline: list[float]) -> float:
     """Median of the per-round ratios ours[i] / baseline[i]. Runs of one round are adjacent in time, so
     this cancels slow drifts of the machine that a ratio of the two medians keeps."""
-    return statistics.median(a / b for a, b in zip(ours, baseline, strict=True)) if ours else 0.0
+    return statistics.median(round_ratios(ours, baseline)) if ours else 0.0
 
 
 def quantile(values: list[float], q: float) -> float:

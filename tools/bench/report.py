@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import REPO, RESULTS, by_threads, cpu_kind, differing, runs_by_cpu  # tools/bench is on sys.path
+from common import REPO, RESULTS, by_threads, cpu_kind, differing, quantile, runs_by_cpu  # tools/bench is on sys.path
 
 METHOD = """\
 All figures come from `tools/bench/` (run them with `python tools/bench/run_all.py`,
@@ -511,7 +511,9 @@ def _patch_runs(data: dict[str, Any], title: str, what: str) -> list[str]:
              "speculation and the prompt cache off, 64-token prefill chunks. Decode: "
              f"{first['gen']} greedy tokens (unless the row names another count) after a 16-token prompt; prefill: "
              f"a {first['prompt']}-token prompt. "
-             "Ratios: patched / unpatched, the median of per-round ratios. One run per kind of CPU (the kernels "
+             "Ratios: patched / unpatched, the median of per-round ratios (in brackets, where the run recorded "
+             "them: the middle half of the per-round ratios, how much the rounds agreed). One run per kind of CPU "
+             "(the kernels "
              "differ per instruction set; \"AVX2 kernels\": both libraries built without AVX-512 code, so MNN "
              "runs what an AVX2-only CPU runs, on this CPU's cores). The same greedy tokens: every run's decode "
              "answer, both builds, one token sequence (\"-\": not recorded by that run; where not, the distinct "
@@ -529,10 +531,20 @@ def _patch_runs(data: dict[str, Any], title: str, what: str) -> list[str]:
                 per = r["answers_per_build"]
                 same += f" (answers per build: {per['patched']} / {per['unpatched']})"
             lines.append(f"| {cpu} ({run['machine']['date'][:10]}) | {model} | {d['patched']:.1f} / "
-                         f"{d['unpatched']:.1f} | {d['ratio']:.3f}x | {p['patched']:.0f} / {p['unpatched']:.0f} | "
-                         f"{p['ratio']:.3f}x | {'/'.join(str(v) for v in exact['patched'])} / "
+                         f"{d['unpatched']:.1f} | {d['ratio']:.3f}x{_middle_half(d)} | {p['patched']:.0f} / "
+                         f"{p['unpatched']:.0f} | {p['ratio']:.3f}x{_middle_half(p)} | "
+                         f"{'/'.join(str(v) for v in exact['patched'])} / "
                          f"{'/'.join(str(v) for v in exact['unpatched'])} | {same} |")
     return lines
+
+
+def _middle_half(measure: dict[str, Any]) -> str:
+    """" (lower-upper quartile)" of a patch_cost measure's per-round ratios, or "" where the run did not record
+    them (runs before 2026-12-07 16:50)."""
+    rounds = measure.get("per_round")
+    if not rounds:
+        return ""
+    return f" ({quantile(rounds, 25):.2f}-{quantile(rounds, 75):.2f})"
 
 
 #: patch_cost_PATCH.json -> (the section's title, what the patch does): one section per measured patch
@@ -888,7 +900,7 @@ def targets_section(results: Path) -> list[str]:
     for cpu, run in (patch_cost or {}).get("by_cpu", {}).items():
         for model, r in run["models"].items():
             rows += [(f"{model} on {cpu} ({run['machine']['date'][:10]}): {kind} with patch 0002 within 2 % of "
-                      "without", f"{r[key]['ratio']:.3f}x",
+                      "without", f"{r[key]['ratio']:.3f}x{_middle_half(r[key])}",
                       r[key]["ratio"] >= 0.98) for kind, key in (("decode", "decode_tps"), ("prefill", "prefill_tps"))]
     rows += peers_targets(load(results, "peers"))
     lines = ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
