@@ -152,8 +152,8 @@ def main() -> None:
                 ours = [x[key] for x in runs["patched"]]
                 base = [x[key] for x in runs["unpatched"]]
                 # each round's ratio too: on a noisy host whole processes of either build run slow (on 2026-12-07
-                # 8 and 16 rounds of the AVX2 kernels gave Qwen3 prefill 0.93x, 24 gave 1.01x); the spread of the
-                # rounds says how far their median can be trusted
+                # four runs of 8, 16, 24 and 24 rounds of the AVX2 kernels gave Qwen3 prefill 0.93x, 0.94x, 1.01x
+                # and 0.95x); the spread of the rounds says how far their median can be trusted
                 row[key] = {"patched": median(ours), "unpatched": median(base), "ratio": paired_ratio(ours, base),
                             "per_round": round_ratios(ours, base)}
             results[model] = row
