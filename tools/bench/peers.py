@@ -357,7 +357,7 @@ def main() -> None:
                    if "kv-int8" not in name and "no-spec" not in name},
                 **{f"llama.cpp ({build})": llama_features(build) for build in BUILDS}}
     info = machine()
-    report = {'machine': info, 'cpu_features': features, 'rows': rows, 'without_patch': args.without_patch}
+    report = {"machine": info, "cpu_features": features, "rows": rows, "without_patch": args.without_patch}
     print(f"saved {save_by_cpu('peers', report, cpu_kind(info))}")
 
 

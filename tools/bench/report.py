@@ -249,21 +249,18 @@ def _thread_scaling(ceiling: dict[str, Any], peers: dict[str, Any]) -> str:
     second thread than the bandwidth does; one far from it (compute-bound) can gain up to 2x, so the ratio between
     the two engines narrows where the bandwidth barely grows."""
     bandwidth = ceiling["read_gb_per_s"]
-    rows = {(row["model"], str(row["threads"])): row for row in peers.get("rows", [])}
+    if "1" not in bandwidth or "2" not in bandwidth:
+        return ""
+    decode = {(row["model"], str(row["threads"]), engine): tps["decode_tps"]
+              for row in peers.get("rows", []) for engine, tps in row["medians"].items() if tps.get("decode_tps")}
     per_model = []
-    for (model, threads), one in rows.items():
-        two, info = rows.get((model, "2")), ceiling["models"].get(model)
-        if threads != "1" or two is None or info is None:
-            continue
-        gains = []
-        for _, engine, _ in _ceiling_files(info):
-            before = one["medians"].get(engine, {}).get("decode_tps")
-            after = two["medians"].get(engine, {}).get("decode_tps")
-            if before and after:
-                gains.append(f"{engine} {after / before:.2f}x")
+    for model, info in ceiling["models"].items():
+        gains = [f"{engine} {decode[model, '2', engine] / decode[model, '1', engine]:.2f}x"
+                 for _, engine, _ in _ceiling_files(info)
+                 if (model, "1", engine) in decode and (model, "2", engine) in decode]
         if gains:
             per_model.append(f"{model} {', '.join(gains)}")
-    if "1" not in bandwidth or "2" not in bandwidth or not per_model:
+    if not per_model:
         return ""
     return (f"From one thread to two, read bandwidth grew {bandwidth['2'] / bandwidth['1']:.2f}x here and plain "
             f"decode grew: {'; '.join(per_model)}. An engine near its ceiling on one thread gains no more from a "
@@ -539,8 +536,8 @@ def _patch_runs(data: dict[str, Any], title: str, what: str) -> list[str]:
 
 
 def _middle_half(measure: dict[str, Any]) -> str:
-    """" (lower-upper quartile)" of a patch_cost measure's per-round ratios, or "" where the run did not record
-    them (runs before 2026-12-07 16:50)."""
+    """The lower and upper quartiles of a patch_cost measure's per-round ratios, in brackets after a space, or
+    nothing where the run did not record them (runs before 2026-12-07 16:50)."""
     rounds = measure.get("per_round")
     if not rounds:
         return ""
