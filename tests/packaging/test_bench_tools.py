@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
+from support import MNN_BATCH_EXACT, test_model_dir
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools" / "bench"))
@@ -20,6 +21,7 @@ import ceiling  # noqa: E402
 import common  # noqa: E402
 import decode_profile as perf_profile  # noqa: E402
 import report  # noqa: E402
+import switch_cost  # noqa: E402
 
 PERF_REPORT = """\
 # Samples: 8K of event 'cpu-clock'
@@ -140,6 +142,11 @@ def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkey
     assert re.search(r"\| qwen3-0\.6b-shape on AMD EPYC \(AVX-512\), family 25 model 17, AVX2 kernels \(AVX-512 "
                      r"compiled out of libMNN\) \(2026-12-07\): prefill with patch 0002 within 2 % of without \| "
                      r"\d\.\d{3}x \(\d\.\d\d-\d\.\d\d\) \|", text)
+    # patch 0002's switch alone, one library in one process (switch_cost.py from 2026-12-07 on)
+    assert re.search(r"\| AMD EPYC \(AVX-512\), family 25 model 17, AVX2 kernels \(AVX-512 compiled out of libMNN\) "
+                     r"\(2026-12-07\) \| qwen3-0\.6b-shape \| 24 \| [\d.]+ / [\d.]+ \| "
+                     r"\d\.\d{3}x \(\d\.\d\d-\d\.\d\d\) \| \d+ / \d+ \| \d\.\d{3}x \(\d\.\d\d-\d\.\d\d\) \| "
+                     r"True / False \| 1 / 1 \|", text)
     assert "decode without speculation >= 1.4x |" in text  # issue #47's, from the peers run
     # peers.py --without-patch 0002 (the Zen 4 run of 2026-12-07): before the patch, in the same run
     assert "mnn no-spec without 0002: mnn no-spec's engine and settings with libMNN built without patch 0002" in text
@@ -213,6 +220,19 @@ def test_peers_targets_judge_each_placement_from_its_own_samples():
     assert met[", cores sharing no cache (3 + 2 runs): decode without speculation >= 1.4x"] == ("1.56x", True)
     assert met[", cores sharing a cache (3 + 2 runs): prefill >= 1.7x"] == ("1.73x", True)
     assert met[": warm load time <= llama.cpp's"] == ("0.30x", True)
+
+
+def test_switch_cost_runs_both_loads_in_one_process_on_the_real_engine():
+    """switch_cost.py's worker on the tiny model: the load with the switch and the one without, every round,
+    each giving one greedy answer; only the first claims exact rows, and only where this MNN has patch 0002."""
+    runs = switch_cost.measure(str(test_model_dir("tiny")), gen=8, prompt=64, threads=2, rounds=3, libdir=None)
+    assert runs["on"]["batch_exact"] is MNN_BATCH_EXACT and runs["off"]["batch_exact"] is False
+    row = switch_cost.summarise(runs)
+    for key in ("decode_tps", "prefill_tps"):
+        assert len(runs["on"][key]) == len(runs["off"][key]) == 3 and min(runs["on"][key] + runs["off"][key]) > 0
+        assert row[key]["per_round"] == common.round_ratios(runs["on"][key], runs["off"][key])
+        assert row[key]["ratio"] == common.paired_ratio(runs["on"][key], runs["off"][key])
+    assert row["answers"] == {"on": 1, "off": 1}
 
 
 def test_run_worker_runs_in_a_fresh_process_from_the_root_and_reads_its_last_line():

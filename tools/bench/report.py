@@ -646,6 +646,37 @@ def sum_by_axis_section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def switch_cost_section(data: dict[str, Any]) -> list[str]:
+    """switch_cost.py's runs: patch 0002's switch on against off, one library, one process."""
+    runs = runs_by_cpu(data)
+    first = next(iter(runs.values()))
+    lines = ["## The batch-exactness switch alone: one library, one process (`tools/bench/switch_cost.py`)", "",
+             "The patch-cost table above compares two libraries, each in its own processes. This one takes the "
+             "library out of the comparison: one process loads the model twice from our libMNN, once with "
+             "`batch_independent_rows` on (as the engine loads it) and once with it off (libMNN then computes "
+             "as upstream MNN does, bit for bit). The two loads' prefills and decodes alternate, seconds apart, "
+             "and who goes first swaps every round. "
+             f"Settings as in the patch-cost table: {first['gen']} greedy tokens decoded after a 16-token prompt, "
+             f"a {first['prompt']}-token prefill in 64-token chunks, 2 threads unless the row says otherwise. "
+             "What is left is what the switch changes at run time: 0002's kernels and the quantisation of a lone "
+             "row, and 0009's grouped decode attention, which needs the switch. Whatever differs between the two "
+             "libraries is not in it: where their hot loops were placed, and how each process's heap and "
+             "threads were laid out. Ratios: on / off, the median of the per-round ratios, with the middle half "
+             "of them in brackets.", "",
+             "| CPU (measured) | model | rounds | decode tok/s on / off | decode ratio | prefill tok/s on / off | "
+             "prefill ratio | batch_exact on / off | answers on / off |", "|---|---|---|---|---|---|---|---|---|"]
+    for cpu, run in runs.items():
+        for model, r in run["models"].items():
+            p = r["prefill_tps"]
+            d = r.get("decode_tps")  # none in a prefill-only run (--gen 0), which decodes no answer
+            decode = (f"{d['on']:.1f} / {d['off']:.1f} | {d['ratio']:.3f}x{_middle_half(d)}" if d else "- | -")
+            answers = f"{r['answers']['on']} / {r['answers']['off']}" if d else "-"
+            lines.append(f"| {cpu} ({run['machine']['date'][:10]}) | {model} | {run['rounds']} | {decode} | "
+                         f"{p['on']:.0f} / {p['off']:.0f} | {p['ratio']:.3f}x{_middle_half(p)} | "
+                         f"{r['batch_exact']['on']} / {r['batch_exact']['off']} | {answers} |")
+    return lines
+
+
 def one_row_kernels_section(data: dict[str, Any]) -> list[str]:
     lines = ["## A lone row's float GEMM, in batch order or not (`tools/bench/one_row_kernels.py`)", "",
              "MNN's one-row kernels (decode attention's float matmuls) compiled from our patched tree and run on "
@@ -918,6 +949,7 @@ def main() -> None:
                 ("conversation", conversation_section), ("cache_exactness", cache_exactness_section),
                 ("threads", threads_section), ("structured", structured_section),
                 ("speculative", speculative_section), ("patch_cost", patch_section("patch_cost")),
+                ("switch_cost", switch_cost_section),
                 ("one_row_kernels", one_row_kernels_section),
                 ("vnni_gemm", vnni_gemm_section), ("patch_cost_0005", patch_section("patch_cost_0005")),
                 ("patch_cost_0007", patch_section("patch_cost_0007")),

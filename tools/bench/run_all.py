@@ -13,7 +13,7 @@ HERE = Path(__file__).resolve().parent
 SUITE = ["engine.py", "http_stream.py", "memory.py", "ceiling.py", "peers.py", "load.py", "switching.py",
          "vision.py", "kv_quality.py",
          "decode_profile.py", "conversation.py", "cache_exactness.py", "threads.py",
-         "structured.py", "speculative.py", "patch_cost.py", ("patch_cost.py", "--patch", "0005"),
+         "structured.py", "speculative.py", "patch_cost.py", "switch_cost.py", ("patch_cost.py", "--patch", "0005"),
          ("patch_cost.py", "--patch", "0007"), ("patch_cost.py", "--patch", "0008"),
          ("patch_cost.py", "--patch", "0008", "--weights", "mapped"),
          ("patch_cost.py", "--patch", "0009", "--weights", "mapped"),
