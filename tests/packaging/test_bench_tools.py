@@ -147,6 +147,8 @@ def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkey
                      r"\(2026-12-07\) \| qwen3-0\.6b-shape \| 24 \| [\d.]+ / [\d.]+ \| "
                      r"\d\.\d{3}x \(\d\.\d\d-\d\.\d\d\) \| \d+ / \d+ \| \d\.\d{3}x \(\d\.\d\d-\d\.\d\d\) \| "
                      r"True / False \| 1 / 1 \|", text)
+    assert re.search(r"compiled out of libMNN\), prefill only \(2026-12-07\) \| qwen3-0\.6b-shape \| 100 \| - \| - \| "
+                     r"\d+ / \d+ \| \d\.\d{3}x \(\d\.\d\d-\d\.\d\d\) \| True / False \| - \|", text)
     assert "decode without speculation >= 1.4x |" in text  # issue #47's, from the peers run
     # peers.py --without-patch 0002 (the Zen 4 run of 2026-12-07): before the patch, in the same run
     assert "mnn no-spec without 0002: mnn no-spec's engine and settings with libMNN built without patch 0002" in text

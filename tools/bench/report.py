@@ -662,7 +662,10 @@ def switch_cost_section(data: dict[str, Any]) -> list[str]:
              "row, and 0009's grouped decode attention, which needs the switch. Whatever differs between the two "
              "libraries is not in it: where their hot loops were placed, and how each process's heap and "
              "threads were laid out. Ratios: on / off, the median of the per-round ratios, with the middle half "
-             "of them in brackets.", "",
+             "of them in brackets. \"Prefill only\" (`--gen 0`): no answer decoded, so a pair's two prefills run "
+             "seconds apart and many more rounds fit. Instrumented (2026-12-07, Qwen3 shape, AVX2 kernels), a "
+             "prefill in 64-token chunks ran none of 0002's float kernels and no Strassen product with the switch "
+             "on: it changed only how the one row each chunk's logits come from is quantised.", "",
              "| CPU (measured) | model | rounds | decode tok/s on / off | decode ratio | prefill tok/s on / off | "
              "prefill ratio | batch_exact on / off | answers on / off |", "|---|---|---|---|---|---|---|---|---|"]
     for cpu, run in runs.items():
