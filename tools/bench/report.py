@@ -650,13 +650,14 @@ def switch_cost_section(data: dict[str, Any]) -> list[str]:
     """switch_cost.py's runs: patch 0002's switch on against off, one library, one process."""
     runs = runs_by_cpu(data)
     first = next(iter(runs.values()))
+    gen = max(run["gen"] for run in runs.values())  # a prefill-only run (--gen 0) decodes nothing
     lines = ["## The batch-exactness switch alone: one library, one process (`tools/bench/switch_cost.py`)", "",
              "The patch-cost table above compares two libraries, each in its own processes. This one takes the "
              "library out of the comparison: one process loads the model twice from our libMNN, once with "
              "`batch_independent_rows` on (as the engine loads it) and once with it off (libMNN then computes "
              "as upstream MNN does, bit for bit). The two loads' prefills and decodes alternate, seconds apart, "
              "and who goes first swaps every round. "
-             f"Settings as in the patch-cost table: {first['gen']} greedy tokens decoded after a 16-token prompt, "
+             f"Settings as in the patch-cost table: {gen} greedy tokens decoded after a 16-token prompt, "
              f"a {first['prompt']}-token prefill in 64-token chunks, 2 threads unless the row says otherwise. "
              "What is left is what the switch changes at run time: 0002's kernels and the quantisation of a lone "
              "row, and 0009's grouped decode attention, which needs the switch. Whatever differs between the two "
