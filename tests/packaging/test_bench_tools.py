@@ -226,15 +226,28 @@ def test_peers_targets_judge_each_placement_from_its_own_samples():
 
 def test_switch_cost_runs_both_loads_in_one_process_on_the_real_engine():
     """switch_cost.py's worker on the tiny model: the load with the switch and the one without, every round,
-    each giving one greedy answer; only the first claims exact rows, and only where this MNN has patch 0002."""
+    each giving one greedy answer; only the first claims exact rows, and only where this MNN has patch 0002.
+    A prefill-only run (gen 0) decodes nothing and its row has no decode."""
     runs = switch_cost.measure(str(test_model_dir("tiny")), gen=8, prompt=64, threads=2, rounds=3, libdir=None)
     assert runs["on"]["batch_exact"] is MNN_BATCH_EXACT and runs["off"]["batch_exact"] is False
     row = switch_cost.summarise(runs)
     for key in ("decode_tps", "prefill_tps"):
-        assert len(runs["on"][key]) == len(runs["off"][key]) == 3 and min(runs["on"][key] + runs["off"][key]) > 0
-        assert row[key]["per_round"] == common.round_ratios(runs["on"][key], runs["off"][key])
-        assert row[key]["ratio"] == common.paired_ratio(runs["on"][key], runs["off"][key])
+        on, off = runs["on"][key], runs["off"][key]
+        assert len(on) == len(off) == 3 and min(on + off) > 0
+        ratios = [on[i] / off[i] for i in range(3)]
+        assert row[key]["per_round"] == ratios and row[key]["ratio"] == sorted(ratios)[1]
+        assert row[key]["on"] == sorted(on)[1] and row[key]["off"] == sorted(off)[1]
     assert row["answers"] == {"on": 1, "off": 1}
+    prefill_only = switch_cost.measure(str(test_model_dir("tiny")), gen=0, prompt=64, threads=2, rounds=2,
+                                       libdir=None)
+    assert prefill_only["on"]["decode_tps"] == prefill_only["off"]["decode_tps"] == []
+    assert len(prefill_only["on"]["prefill_tps"]) == 2
+    assert "decode_tps" not in switch_cost.summarise(prefill_only)
+
+
+def test_threads_named_only_an_unusual_count():
+    assert common.threads_named(2) == ""
+    assert common.threads_named(1) == ", 1 thread" and common.threads_named(4) == ", 4 threads"
 
 
 def test_run_worker_runs_in_a_fresh_process_from_the_root_and_reads_its_last_line():

@@ -40,6 +40,12 @@ def round_ratios(ours: list[float], baseline: list[float]) -> list[float]:
     return [a / b for a, b in zip(ours, baseline, strict=True)]
 
 
+def threads_named(threads: int) -> str:
+    """What a run on ``threads`` threads adds to its CPU kind: nothing for the usual 2, so only the rows of
+    another count name it (and are kept beside the usual ones)."""
+    return "" if threads == 2 else f", {threads} thread{'s' if threads > 1 else ''}"
+
+
 def paired_ratio(ours: list[float], baseline: list[float]) -> float:
     """Median of the per-round ratios ours[i] / baseline[i]. Runs of one round are adjacent in time, so
     this cancels slow drifts of the machine that a ratio of the two medians keeps."""

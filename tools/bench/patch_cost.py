@@ -66,12 +66,17 @@ from common import (  # tools/bench is on sys.path
     run_worker,
     save_by_cpu,
     test_model,
+    threads_named,
 )
 
 AVX2_KERNELS = REPO / "build" / "avx2-kernels"
 WEIGHTS = {"memory": "weights in memory (MNN's own load)",
            "mapped": "weights mapped from the prepared cache (the engine's default)"}
 AVX512_SYMBOL = b"_AVX512_MNNGemmInt8AddBiasScale"  # a kernel only a libMNN with AVX-512 code holds
+#: what a run on the AVX2-only library adds to its CPU kind (switch_cost.py's runs too)
+AVX2_KIND = ", AVX2 kernels (AVX-512 compiled out of libMNN)"
+#: the text a measured prefill tokenizes (switch_cost.py prefills the same)
+PROMPT_TEXT = "The lighthouse keeper watched the ships pass in the storm. " * 64
 
 WORKER = """
 import hashlib, json, sys
@@ -79,13 +84,14 @@ from pathlib import Path
 from mnn_engine import Llm, LoadOptions, _mnn
 from mnn_engine.store.models import prepare_cache
 path, gen, prompt_words, cache, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+text = sys.argv[6]
 _mnn.set_prefill_chunk(64)  # the same chunks for both builds (batch_exact picks larger ones when it holds)
 arguments = {"thread_num": threads, "prompt_cache": False, "speculative": "off"}
 if cache:  # as the engine loads a store model: the weights mapped from the prepared cache
     prepare_cache(Path(cache), Path(path))
     arguments = LoadOptions(threads=threads, prompt_cache=False, speculative="off").llm_arguments(Path(cache))
 with Llm(path, **arguments) as llm:
-    prompt = llm.tokenize(("The lighthouse keeper watched the ships pass in the storm. " * 64))[:prompt_words]
+    prompt = llm.tokenize(text)[:prompt_words]
     llm.generate(prompt[:32], temperature=0, max_tokens=8, ignore_eos=True)  # warm-up
     long = llm.generate(prompt, temperature=0, max_tokens=1)
     short = llm.generate(prompt[:16], temperature=0, max_tokens=gen, ignore_eos=True)
@@ -98,7 +104,7 @@ with Llm(path, **arguments) as llm:
 def run(path: str, gen: int, prompt: int, libdir: str | Path | None, cache: Path | None = None,
         threads: int = 2) -> dict:
     """One measurement in a fresh process; ``cache``: map the weights from this prepared cache."""
-    return run_worker(WORKER, path, gen, prompt, cache or "", threads, env=libmnn_env(libdir))
+    return run_worker(WORKER, path, gen, prompt, cache or "", threads, PROMPT_TEXT, env=libmnn_env(libdir))
 
 
 def main() -> None:
@@ -120,7 +126,7 @@ def main() -> None:
     kind = cpu_kind(machine())
     if args.kernels == "avx2":
         libs = {"patched": avx2_build("none"), "unpatched": avx2_build(args.patch)}
-        kind += ", AVX2 kernels (AVX-512 compiled out of libMNN)"
+        kind += AVX2_KIND
     else:
         libs = {"patched": None, "unpatched": args.unpatched or unpatched_build(args.patch)}
         if not (libs["unpatched"] / "libMNN.so").is_file():
@@ -128,8 +134,7 @@ def main() -> None:
 
     if args.weights != "memory":
         kind += f", {WEIGHTS[args.weights]}"
-    if args.threads != 2:  # the rows name a thread count other than the usual one
-        kind += f", {args.threads} thread{'s' if args.threads > 1 else ''}"
+    kind += threads_named(args.threads)
     if args.gen != 256:  # and an answer's length other than the usual one (a longer one decodes on a longer cache)
         kind += f", {args.gen} tokens decoded"
 

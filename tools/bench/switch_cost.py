@@ -32,7 +32,6 @@ of the per-round ratios; each round's is saved (the report gives their middle ha
 from __future__ import annotations
 
 import argparse
-import sys
 
 from common import (  # tools/bench is on sys.path
     cpu_kind,
@@ -44,24 +43,25 @@ from common import (  # tools/bench is on sys.path
     run_worker,
     save_by_cpu,
     test_model,
+    threads_named,
 )
-from patch_cost import avx2_build
+from patch_cost import AVX2_KIND, PROMPT_TEXT, avx2_build
 
 WORKER = """
 import hashlib, json, sys
 from mnn_engine import Llm, _mnn
-path = sys.argv[1]
+path, text = sys.argv[1], sys.argv[6]
 gen, prompt_words, threads, rounds = map(int, sys.argv[2:6])  # gen 0: no decode measured
 _mnn.set_prefill_chunk(64)  # the same chunks for both (batch_exact picks larger ones when it holds)
 models = {name: Llm(path, thread_num=threads, prompt_cache=False, speculative="off", batch_independent_rows=on)
           for name, on in (("on", True), ("off", False))}
 for llm in models.values():
     llm.load()
-prompt = models["on"].tokenize(("The lighthouse keeper watched the ships pass in the storm. " * 64))[:prompt_words]
+prompt = models["on"].tokenize(text)[:prompt_words]
 for llm in models.values():
     llm.generate(prompt[:32], temperature=0, max_tokens=8, ignore_eos=True)  # warm-up
 runs = {name: {"prefill_tps": [], "decode_tps": [], "tokens": set()} for name in models}
-for r in range(rounds):
+for r in range(rounds):  # common.alternating's order (this runs from /, where tools/bench is not importable)
     for name in (("on", "off") if r % 2 == 0 else ("off", "on")):
         llm, run = models[name], runs[name]
         run["prefill_tps"].append(llm.generate(prompt, temperature=0, max_tokens=1).prefill_tokens_per_second)
@@ -80,7 +80,7 @@ print(json.dumps(result))
 
 def measure(path: str, gen: int, prompt: int, threads: int, rounds: int, libdir: str | None) -> dict:
     """Both loads' per-round speeds from one fresh process on the library in ``libdir`` (None: the install's)."""
-    return run_worker(WORKER, path, gen, prompt, threads, rounds, env=libmnn_env(libdir))
+    return run_worker(WORKER, path, gen, prompt, threads, rounds, PROMPT_TEXT, env=libmnn_env(libdir))
 
 
 def summarise(runs: dict) -> dict:
@@ -112,9 +112,8 @@ def main() -> None:
     libdir = None
     if args.kernels == "avx2":
         libdir = str(avx2_build("none"))
-        kind += ", AVX2 kernels (AVX-512 compiled out of libMNN)"
-    if args.threads != 2:
-        kind += f", {args.threads} thread{'s' if args.threads > 1 else ''}"
+        kind += AVX2_KIND
+    kind += threads_named(args.threads)
     if not args.gen:  # kept beside the run of both measures
         kind += ", prefill only"
     results = {}
@@ -130,4 +129,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
