@@ -149,6 +149,12 @@ def test_report_renders_every_section_from_the_recorded_results(tmp_path, monkey
                      r"True / False \| 1 / 1 \|", text)
     assert re.search(r"compiled out of libMNN\), prefill only \(2026-12-07\) \| qwen3-0\.6b-shape \| 100 \| - \| - \| "
                      r"\d+ / \d+ \| \d\.\d{3}x \(\d\.\d\d-\d\.\d\d\) \| True / False \| - \|", text)
+    # the same on 1 thread (2026-12-08), where the two cores' placement plays no part: the libraries, and the switch
+    assert re.search(r"compiled out of libMNN\), 1 thread \(2026-12-08\): prefill with patch 0002 within 2 % of "
+                     r"without \| \d\.\d{3}x \(\d\.\d\d-\d\.\d\d\) \|", text)
+    assert re.search(r"compiled out of libMNN\), 1 thread, prefill only \(2026-12-08\) \| smollm2-135m \| 100 \| - \| "
+                     r"- \| \d+ / \d+ \| \d\.\d{3}x", text)
+    assert "a 24-round median resolves about 5 %" in text
     assert "decode without speculation >= 1.4x |" in text  # issue #47's, from the peers run
     # peers.py --without-patch 0002 (the Zen 4 run of 2026-12-07): before the patch, in the same run
     assert "mnn no-spec without 0002: mnn no-spec's engine and settings with libMNN built without patch 0002" in text
