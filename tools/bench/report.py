@@ -515,7 +515,7 @@ def _patch_runs(data: dict[str, Any], title: str, what: str) -> list[str]:
              "runs what an AVX2-only CPU runs, on this CPU's cores). The same greedy tokens: every run's decode "
              "answer, both builds, one token sequence (\"-\": not recorded by that run; where not, the distinct "
              "answers each build's runs gave, patched / unpatched: 1 / 1 is two deterministic builds that sum in "
-             "different orders).", "",
+             f"different orders).{_round_spread(runs)}", "",
              "| CPU (measured) | model | decode tok/s patched / unpatched | decode ratio | prefill tok/s patched / "
              "unpatched | prefill ratio | batch_exact patched / unpatched | the same greedy tokens |",
              "|---|---|---|---|---|---|---|---|"]
@@ -535,6 +535,17 @@ def _patch_runs(data: dict[str, Any], title: str, what: str) -> list[str]:
     return lines
 
 
+def _round_spread(runs: dict[str, dict[str, Any]]) -> str:
+    """A sentence on how far the section's recorded per-round ratios ran, or nothing where no run recorded them."""
+    ratios = [x for run in runs.values() for row in run["models"].values()
+              for key in ("decode_tps", "prefill_tps") for x in row[key].get("per_round", [])]
+    if not ratios:
+        return ""
+    return (f" The recorded rounds' ratios ran from {min(ratios):.2f}x to {max(ratios):.2f}x: whole processes of "
+            "either build run at other speeds on these VMs, so a median of a few dozen rounds moves by a few per "
+            "cent between runs.")
+
+
 def _middle_half(measure: dict[str, Any]) -> str:
     """The lower and upper quartiles of a patch_cost measure's per-round ratios, in brackets after a space, or
     nothing where the run did not record them (runs before 2026-12-07 16:50)."""
@@ -547,11 +558,9 @@ def _middle_half(measure: dict[str, Any]) -> str:
 #: patch_cost_PATCH.json -> (the section's title, what the patch does): one section per measured patch
 PATCH_SECTIONS = {
     "patch_cost": ("The batch-exactness patch: what it costs",
-                   "Patch `0002-batch-independent-rows` makes a row's result independent of its batch. On the "
-                   "project's EPYC VMs whole processes of either build run at other speeds (per-round ratios from "
-                   "0.7x to 1.4x, on 1 thread as on 2), so a 24-round median resolves about 5 %. The next section "
-                   "measures the patch's switch alone, in one library and one process, without what differs between "
-                   "two libraries and their processes."),
+                   "Patch `0002-batch-independent-rows` makes a row's result independent of its batch. The next "
+                   "section measures the patch's switch alone, in one library and one process, without what differs "
+                   "between two libraries and their processes."),
     "patch_cost_0005": ("The vector input sums: what patch 0005 saves in the engine",
                         "Patch `0005-avx2-input-sums-for-int8-gemm` computes the int8 GEMMs' input sums with "
                         "AVX2 on x86 (MNN: a byte at a time in C)."),
